@@ -1,0 +1,87 @@
+# grokspectra — `make book` and `make test` work from a fresh clone; see README.md.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DELETE_ON_ERROR:
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.installed
+PROFILE ?= ci
+TIMEOUT ?= 3600
+# Keep kernels and papermill away from kernelspecs elsewhere on this machine, and Jupyter's data in the tree.
+export JUPYTER_DATA_DIR := $(CURDIR)/build/jupyter
+export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+
+NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/*.md))))
+EXECUTED := $(NOTEBOOKS:%=book/generated/%.ipynb)
+SRC := $(shell find src -name '*.py' 2>/dev/null) pyproject.toml
+
+.PHONY: all book test paper run bench clean venv check-params
+all: book
+
+venv: $(STAMP)
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ipykernel)" >/dev/null
+	touch $@
+
+# Parameters of one notebook in the chosen profile; rewritten only when they change (so make stays incremental).
+build/params/%.yaml: FORCE | $(STAMP)
+	@mkdir -p $(@D)
+	@$(PY) -m grokspectra params $(PROFILE) $* > $@.new
+	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
+FORCE:
+
+# Execute one notebook: MyST source -> ipynb -> papermill into a temporary file, renamed only on success.
+book/generated/%.ipynb: notebooks/%.md build/params/%.yaml $(SRC) $(STAMP)
+	@mkdir -p build/ipynb book/generated
+	$(BIN)/jupytext --quiet --to ipynb --output build/ipynb/$*.ipynb $<
+	@rm -f book/generated/.$*.partial.ipynb
+	$(BIN)/papermill --no-progress-bar -k python3 --cwd notebooks --execution-timeout $(TIMEOUT) \
+	  build/ipynb/$*.ipynb book/generated/.$*.partial.ipynb -f build/params/$*.yaml \
+	  || { rm -f book/generated/.$*.partial.ipynb; echo "notebook $* FAILED (see the traceback above)"; exit 1; }
+	$(PY) -m grokspectra.nbtools hide-injected book/generated/.$*.partial.ipynb
+	mv book/generated/.$*.partial.ipynb $@
+
+# The intro page reads the chapters' summary tables, so it runs after them.
+book/generated/intro.ipynb: book/intro.md $(filter-out book/generated/intro.ipynb,$(EXECUTED)) $(SRC) $(STAMP)
+	@mkdir -p build/ipynb book/generated
+	$(BIN)/jupytext --quiet --to ipynb --output build/ipynb/intro.ipynb $<
+	$(BIN)/papermill --no-progress-bar -k python3 --cwd book build/ipynb/intro.ipynb book/generated/.intro.partial.ipynb \
+	  || { rm -f book/generated/.intro.partial.ipynb; exit 1; }
+	mv book/generated/.intro.partial.ipynb $@
+
+book: $(EXECUTED) book/generated/intro.ipynb
+	$(BIN)/jupyter-book build . -W -n --keep-going
+	@echo "book: $(CURDIR)/_build/html/index.html"
+
+test: $(STAMP)
+	$(BIN)/pytest
+
+# Every experiment at the papers' scale into results/paper (meant for a GPU; works slowly on a CPU).
+paper: $(STAMP)
+	$(PY) -m grokspectra run all --profile paper
+
+bench: $(STAMP)
+	$(PY) -m grokspectra bench modadd
+
+# One parameterised rerun: make run NB=ch6_repulsion [PROFILE=ci] P="-p seeds 3"
+run: $(STAMP)
+	@test -n "$(NB)" || { echo "usage: make run NB=<notebook> [PROFILE=ci] [P=\"-p key value ...\"]"; exit 2; }
+	@test -f notebooks/$(NB).md || { echo "no notebook notebooks/$(NB).md; notebooks: $(NOTEBOOKS)"; exit 2; }
+	$(PY) -m grokspectra check $(NB) --profile $(PROFILE) $(P)
+	@mkdir -p build/runs build/ipynb
+	$(PY) -m grokspectra params $(PROFILE) $(NB) > build/runs/$(NB).params.yaml
+	$(BIN)/jupytext --quiet --to ipynb --output build/ipynb/$(NB).ipynb notebooks/$(NB).md
+	$(BIN)/papermill --no-progress-bar -k python3 --cwd notebooks build/ipynb/$(NB).ipynb build/runs/.$(NB).partial.ipynb \
+	  -f build/runs/$(NB).params.yaml $(P) || { rm -f build/runs/.$(NB).partial.ipynb; exit 1; }
+	mv build/runs/.$(NB).partial.ipynb build/runs/$(NB).ipynb
+	@echo "executed notebook: build/runs/$(NB).ipynb"
+
+clean:
+	rm -rf _build build book/generated results/ci results/custom

@@ -1,0 +1,20 @@
+"""Progress bars: ``tqdm`` on an interactive terminal (or when ``GROKSPECTRA_PROGRESS=1``), silent otherwise."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from tqdm.auto import tqdm
+
+
+def enabled() -> bool:
+    flag = os.environ.get("GROKSPECTRA_PROGRESS")
+    if flag is not None:
+        return flag not in ("0", "", "false", "no")
+    return sys.stderr.isatty()
+
+
+def bar(iterable=None, *, total: int | None = None, desc: str = "", **kw):
+    """A progress bar over ``iterable`` (or a manual one with ``total``), disabled when not interactive."""
+    return tqdm(iterable, total=total, desc=desc, disable=not enabled(), leave=False, dynamic_ncols=True, **kw)

@@ -1,0 +1,70 @@
+"""Chapter reports: the closing 'claim / ours / agreement' table of every chapter, and the intro's summary.
+
+Each chapter builds a list of :class:`Claim` rows, shows them with :func:`table_md` and saves them with
+:func:`save_summary` (``build/summary/<notebook>.json``); the intro page collects every chapter's rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SUMMARY_DIR = REPO / "build" / "summary"
+
+
+@dataclasses.dataclass
+class Claim:
+    """One row: what is claimed (and by whom), the claimed value, our measurement, agreement, and why."""
+
+    claim: str
+    source: str
+    claimed: str
+    ours: str
+    agree: bool | None  # None: not comparable (e.g. the paper gives no number)
+    note: str = ""
+
+    def mark(self) -> str:
+        return {True: "✓", False: "✗", None: "–"}[self.agree]
+
+
+def table_md(rows: list[Claim]) -> str:
+    """A markdown table of claims."""
+    out = ["| claim | source | claimed | ours | agreement |", "|---|---|---|---|---|"]
+    for r in rows:
+        note = f" {r.note}" if r.note else ""
+        out.append(f"| {r.claim} | {r.source} | {r.claimed} | {r.ours} | {r.mark()}{note} |")
+    return "\n".join(out)
+
+
+def save_summary(notebook: str, title: str, rows: list[Claim], provenance: str = "") -> Path:
+    """Write a chapter's claims to ``build/summary/<notebook>.json`` atomically (read by the intro page)."""
+    SUMMARY_DIR.mkdir(parents=True, exist_ok=True)
+    path = SUMMARY_DIR / f"{notebook}.json"
+    data = {"notebook": notebook, "title": title, "provenance": provenance,
+            "rows": [dataclasses.asdict(r) for r in rows]}
+    fd, tmp = tempfile.mkstemp(dir=SUMMARY_DIR, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def load_summaries() -> list[dict]:
+    """Every saved chapter summary, in notebook order."""
+    if not SUMMARY_DIR.is_dir():
+        return []
+    return [json.loads(p.read_text()) for p in sorted(SUMMARY_DIR.glob("*.json"))]
+
+
+def fmt(x: float, digits: int = 3) -> str:
+    """A number for a table: fixed digits, or scientific for very small/large magnitudes; '–' for NaN/None."""
+    if x is None or x != x:
+        return "–"
+    ax = abs(x)
+    if ax != 0 and (ax < 1e-3 or ax >= 1e5):
+        return f"{x:.{max(digits - 1, 1)}e}"
+    return f"{x:.{digits}g}"
