@@ -2,6 +2,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DELETE_ON_ERROR:
+.PRECIOUS: build/params/%.yaml
 
 PYTHON ?= python3
 VENV := .venv

@@ -68,3 +68,11 @@ def fmt(x: float, digits: int = 3) -> str:
     if ax != 0 and (ax < 1e-3 or ax >= 1e5):
         return f"{x:.{max(digits - 1, 1)}e}"
     return f"{x:.{digits}g}"
+
+
+def glue_md(name: str, text: str) -> None:
+    """Glue a markdown snippet (use in the text as ``{glue:md}`name` ``), e.g. a result's provenance line."""
+    from IPython.display import Markdown
+    from myst_nb import glue
+
+    glue(name, Markdown(text), display=False)
