@@ -1,0 +1,187 @@
+"""Tests of the rolling update-Gram spectra and the lock-in detectors (grokspectra.lockin).
+
+Gram spectra are compared with eigenvalues computed directly from random update matrices (a per-window loop,
+float64, and squared singular values of the window as a second method). Detectors are run on synthetic series
+whose firing epochs follow in closed form.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from grokspectra import lockin
+
+
+def _updates(R=3, S=45, P=40, seed=0):
+    """Random updates with a decaying spectrum plus a rank-2 drift (like a locked-in run), float64."""
+    g = torch.Generator().manual_seed(seed)
+    D = torch.randn(R, S, P, generator=g, dtype=torch.float64) * torch.logspace(0, -3, S, dtype=torch.float64)[:, None]
+    u = torch.randn(R, 2, P, generator=g, dtype=torch.float64)
+    c = torch.randn(R, S, 2, generator=g, dtype=torch.float64)
+    return D + c @ u
+
+
+def _direct(D, W, k):
+    """σ₁…σ_k of ΔᵀΔ for the window of steps max(1, t−W+1)…t, by a plain loop (the reference)."""
+    R, S, _ = D.shape
+    out = torch.full((R, S + 1, k), float("nan"), dtype=torch.float64)
+    for t in range(2, S + 1):
+        Delta = D[:, max(1, t - W + 1) - 1:t, :].transpose(1, 2)  # [R, P, n]
+        ev = torch.linalg.eigvalsh(Delta.transpose(1, 2) @ Delta).flip(-1)
+        m = min(k, ev.shape[-1])
+        out[:, t, :m] = ev[:, :m]
+    return out
+
+
+def test_band_from_updates_definition():
+    D = _updates(R=2, S=10, P=7)
+    band = lockin.band_from_updates(D, B=4)
+    assert band.shape == (2, 11, 4)
+    assert torch.isnan(band[:, 0]).all() and torch.isnan(band[:, 2, 2:]).all()
+    for t, k in [(1, 0), (5, 3), (10, 2), (4, 3)]:
+        torch.testing.assert_close(band[:, t, k], (D[:, t - 1] * D[:, t - 1 - k]).sum(-1))
+
+
+@pytest.mark.parametrize("W", [2, 5, 20, 30])
+def test_rolling_eigs_match_direct_eigenvalues(W):
+    D = _updates()
+    band = lockin.band_from_updates(D, B=30)
+    k = min(5, W)
+    got = lockin.rolling_eigs(band, W, k=k)
+    ref = _direct(D, W, k)
+    assert got.shape == ref.shape
+    assert torch.equal(torch.isnan(got), torch.isnan(ref))
+    ok = ~torch.isnan(ref)
+    # float64 eigvalsh of the same Gram assembled two ways: agreement to round-off relative to σ₁
+    scale = ref[..., :1].abs().nan_to_num(1.0)
+    assert ((got - ref).abs() / scale)[ok].max() < 1e-12
+
+
+def test_rolling_eigs_equal_squared_singular_values():
+    D = _updates(R=2, S=35, P=60, seed=1)
+    band = lockin.band_from_updates(D, B=30)
+    got = lockin.rolling_eigs(band, 20, k=5)
+    t = 33
+    sv = torch.linalg.svdvals(D[:, t - 20:t, :])[:, :5] ** 2  # second method: squared singular values of Δ
+    torch.testing.assert_close(got[:, t], sv, rtol=1e-10, atol=1e-12 * float(sv.max()))
+
+
+def test_window_start_convention():
+    """Xu's tracker: nothing at t ≤ 1, σ₁ and σ₂ from t = 2, σ₂/σ₃ from t = 3."""
+    band = lockin.band_from_updates(_updates(R=1, S=8), B=5)
+    e = lockin.rolling_eigs(band, 5, k=3)
+    assert torch.isnan(e[0, :2]).all()
+    assert not torch.isnan(e[0, 2, :2]).any() and torch.isnan(e[0, 2, 2])
+    assert not torch.isnan(e[0, 3:]).any()
+    r12, r23 = lockin.ratios(e)
+    assert np.isnan(r23[0, 2]) and np.isfinite(r23[0, 3:]).all()
+
+
+def test_chunking_does_not_change_results():
+    band = lockin.band_from_updates(_updates(R=2, S=40), B=10)
+    a = lockin.rolling_eigs(band, 10, k=4)
+    b = lockin.rolling_eigs(band, 10, k=4, chunk=10 * 10 * 2 * 3)  # 3 epochs per chunk
+    torch.testing.assert_close(a, b, equal_nan=True, rtol=0, atol=0)
+
+
+def test_float32_band_is_accurate_to_single_precision():
+    D = _updates(R=2, S=30, P=50)
+    b64 = lockin.band_from_updates(D, B=20)
+    e64 = lockin.rolling_eigs(b64, 20, k=2)
+    e32 = lockin.rolling_eigs(b64.float(), 20, k=2)
+    ok = ~torch.isnan(e64)
+    assert ((e32 - e64).abs() / e64[..., :1])[ok].max() < 1e-5  # float32 rounding of the inner products
+
+
+def test_window_larger_than_band_is_an_error():
+    band = lockin.band_from_updates(_updates(R=1, S=5), B=4)
+    with pytest.raises(ValueError, match="band width"):
+        lockin.rolling_eigs(band, 5)
+    with pytest.raises(ValueError, match="k <= W"):
+        lockin.rolling_eigs(band, 3, k=4)
+
+
+# --- detectors ----------------------------------------------------------------------------------------------
+def _exp_ramp(T, start, rate):
+    t = np.arange(T, dtype=float)
+    return np.exp(rate * np.clip(t - start, 0, None))
+
+
+def test_slope_fire_closed_form():
+    # ln r rises at rate 0.1 from t = 150: s(t) = 0.1 (t − 150)/25 for 150 ≤ t ≤ 175, > 0.04 first at t = 161
+    r = _exp_ramp(400, 150, 0.1)
+    assert lockin.slope_fire(r) == 161
+    # a steady slope of 0.039 never fires, 0.041 fires at the first allowed epoch 100
+    assert np.isnan(lockin.slope_fire(_exp_ramp(300, 0, 0.039)))
+    assert lockin.slope_fire(_exp_ramp(300, 0, 0.041)) == 100
+
+
+def test_slope_fire_respects_ep_min_and_is_batched():
+    early = _exp_ramp(300, 40, 0.2)
+    early[70:] = early[70]  # growth only in 40…70: slope 0 from epoch 95 on
+    late = _exp_ramp(300, 200, 0.1)
+    flat = np.ones(300)
+    both = early * late  # early growth ignored, late growth fires at 211
+    got = lockin.slope_fire(np.stack([early, late, flat, both]))
+    np.testing.assert_array_equal(got, [np.nan, 211, np.nan, 211])
+    assert lockin.slope_fire(early, ep_min=0) == 40 + 6  # 0.2 (t−40)/25 > 0.04 ⇔ t > 45
+
+
+def test_slope_clip_and_nan():
+    r = np.zeros(200)
+    r[130:] = 1.0  # clipped 1e-6 → 1: slope ln(1e6)/25 ≈ 0.55 at t = 130
+    assert lockin.slope_fire(r) == 130
+    r = np.full(200, np.nan)
+    assert np.isnan(lockin.slope_fire(r))
+    s = lockin.log_slope(_exp_ramp(60, 0, 0.05))
+    assert np.isnan(s[:25]).all() and np.allclose(s[25:], 0.05)
+
+
+def test_threshold_fire_sustained():
+    x = np.array([0, 0, 30, 0, 30, 30, 30, 30, 30, 0, 0], float)
+    assert lockin.threshold_fire(x, 25) == 2
+    assert lockin.threshold_fire(x, 25, sustained=5) == 4
+    assert np.isnan(lockin.threshold_fire(x, 25, sustained=6))
+    assert lockin.threshold_fire(x, 25, ep_min=3) == 4
+    assert lockin.threshold_fire(x, 25, ep_min=5, sustained=4) == 5
+    x2 = np.array([np.nan, 40, 40, 40])
+    assert lockin.threshold_fire(x2, 25, sustained=3) == 1
+    np.testing.assert_array_equal(lockin.threshold_fire(np.stack([x, x[::-1]]), 25, sustained=5), [4, 2])
+
+
+def test_rho_fire_sparse_epochs_and_first_epoch():
+    rho = np.array([[0.06, 0.07, 0.08, 0.09], [0.05, 0.05, 0.06, 0.06]])
+    np.testing.assert_array_equal(lockin.rho_fire(rho, 0.075, epochs=np.array([0, 5, 10, 15])), [10, np.nan])
+    np.testing.assert_array_equal(lockin.rho_fire(rho, 0.070), [1, np.nan])
+    acc = np.array([0.01, 0.2, 0.6, 0.4, 0.995, 1.0])
+    assert lockin.first_epoch(acc, 0.5) == 2 and lockin.first_epoch(acc, 0.99) == 4
+
+
+def test_late_median_and_ratios():
+    x = np.arange(10.0)[None].repeat(2, 0)
+    np.testing.assert_array_equal(lockin.late_median(x, 2, 6), [4.0, 4.0])
+    with pytest.raises(ValueError, match="late window"):
+        lockin.late_median(x, 5, 10)
+    r12, r23 = lockin.ratios(np.array([[8.0, 2.0, 0.5]]))
+    assert r12[0] == 4.0 and r23[0] == 4.0
+
+
+def test_confusion_lead_and_fit():
+    fired = np.array([1, 1, 0, 0, 1, 0], bool)
+    grok = np.array([1, 0, 1, 0, 1, 0], bool)
+    c = lockin.confusion(fired, grok)
+    assert (c["tp"], c["fp"], c["fn"], c["tn"]) == (2, 1, 1, 2)
+    assert c["sensitivity"] == pytest.approx(2 / 3) and c["specificity"] == pytest.approx(2 / 3)
+    assert c["precision"] == pytest.approx(2 / 3) and c["accuracy"] == pytest.approx(4 / 6)
+    assert math.isnan(lockin.confusion(np.zeros(2, bool), np.zeros(2, bool))["sensitivity"])
+    np.testing.assert_array_equal(lockin.lead([17, np.nan], [101, 50]), [84, np.nan])
+    x = np.array([100, 170, 300, 312, np.nan])
+    a, b, r2, n = lockin.linfit(x, 0.8 * x - 75)
+    assert (a, b, r2, n) == pytest.approx((0.8, -75, 1.0, 4))
+    with pytest.raises(ValueError, match="3 finite"):
+        lockin.linfit([1, 2], [1, 2])
+    assert lockin.median_iqr([1, 2, 3, np.nan]) == (2.0, 1.5, 2.5)
+    np.testing.assert_allclose(lockin.p_crit([41, 71, 127], 2.7482), [0.249, 0.165, 0.105], atol=1e-3)
+    np.testing.assert_allclose(lockin.p_crit([41, 71, 127]), [0.091, 0.060, 0.038], atol=1e-3)
