@@ -1,0 +1,358 @@
+"""Analysis of phase transitions in finite-d experiments: success curves, finite-size scaling, escape times.
+
+Chapters 4 and 5 turn batches of gradient-descent runs into a few numbers: where the success rate of GD jumps
+(location and width of a transition in δ = n/d), how that location moves with d (log-d corrections, brief
+§7 and §8), when a run leaves its plateau (escape / grokking time, brief §9), how fast the hard overlap grows on
+the plateau, and how the escape time diverges as δ ↓ δ_NN. Everything here is plain numpy/scipy on small arrays
+of per-run summaries; the runs themselves come from :mod:`grokspectra.multiindex`.
+
+Equations (numbers refer to ``shared/briefs/mw_theory.md``):
+
+* success curve, eq. (logistic): P(success | δ) = 1 / (1 + exp(−(δ − δ_c)/w)), fitted by binomial maximum
+  likelihood with Firth's bias reduction (so that perfectly separated data, common with few seeds, still give a
+  finite width);
+* finite-size law (§8, Bonnaire et al.): δ_c(d) = δ_c(∞) + c / log d (or + c d^{-1/2});
+* escape time (§9): t_esc = log(m_target / m_0) / log(1 + η|λ_out|) ≈ log d / (2η|λ_out|) for m_0 = d^{-1/2};
+* divergence near threshold: t(δ) = A (δ − δ_c)^{−ν}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from scipy import optimize, stats
+
+
+class FitError(RuntimeError):
+    """A fit did not converge or the data do not determine the fitted quantity."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# success curves
+
+
+def logistic(x, loc: float, width: float):
+    """P(success | x) = 1 / (1 + exp(−(x − loc)/width)), the success-curve model of chapter 4."""
+    return 1.0 / (1.0 + np.exp(-(np.asarray(x, dtype=float) - loc) / width))
+
+
+@dataclasses.dataclass
+class SuccessFit:
+    """A fitted success curve: location ``loc`` (where P = 1/2), ``width`` (P goes from 27% to 73% over
+    loc ± width), their standard errors from the inverse Fisher information, and the deviance."""
+
+    loc: float
+    width: float
+    loc_se: float
+    width_se: float
+    deviance: float
+    iterations: int
+
+    def __call__(self, x):
+        return logistic(x, self.loc, self.width)
+
+
+def wilson_interval(k, n, z: float = 1.959963984540054):
+    """Wilson score interval for a binomial proportion k/n (Wilson 1927); arrays broadcast. Returns (lo, hi)."""
+    k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
+    if np.any(n <= 0) or np.any(k < 0) or np.any(k > n):
+        raise ValueError(f"need 0 <= k <= n and n > 0, got k={k}, n={n}")
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return mid - half, mid + half
+
+
+def fit_success_curve(x, k, n, *, firth: bool = True, tol: float = 1e-10, max_iter: int = 200) -> SuccessFit:
+    """Fit the logistic success curve to k successes out of n runs at each x (grouped logistic regression).
+
+    The model is logit P = β0 + β1 x, so loc = −β0/β1 and width = 1/β1. With ``firth`` the score is Firth's
+    modified score U*(β) = Σ_i x_i (k_i − n_i p_i + h_i (½ − p_i)), h_i the leverages of the weighted design
+    (Firth 1993), which removes the O(1/n) bias of the MLE and keeps the estimate finite for perfectly separated
+    data (all failures below some δ, all successes above). Solved by Newton's method on the Fisher information
+    Σ n_i p_i(1−p_i) (1, x_i)(1, x_i)ᵀ; standard errors by the delta method on its inverse.
+
+    Raises ``ValueError`` for bad input or data without both successes and failures, and :class:`FitError` when
+    the iteration does not converge (without ``firth``: separated data, where the MLE slope is infinite) or the
+    fitted curve decreases.
+    """
+    x, k, n = (np.asarray(v, dtype=float).ravel() for v in (x, k, n))
+    if not (x.shape == k.shape == n.shape) or x.size < 2:
+        raise ValueError(f"x, k, n must have the same length >= 2, got {x.shape}, {k.shape}, {n.shape}")
+    if np.any(n <= 0) or np.any(k < 0) or np.any(k > n):
+        raise ValueError(f"need 0 <= k <= n and n > 0; got k={k}, n={n}")
+    if np.unique(x).size < 2:
+        raise ValueError("need at least two distinct x values")
+    if k.sum() == 0 or k.sum() == n.sum():
+        raise ValueError(f"all runs {'failed' if k.sum() == 0 else 'succeeded'}: the data do not bracket a "
+                         f"transition (x from {x.min()} to {x.max()})")
+    xc, xs = x.mean(), x.std()  # centre and scale for conditioning
+    A = np.stack([np.ones_like(x), (x - xc) / xs], axis=1)
+    beta = np.array([0.0, 1.0])
+    for it in range(1, max_iter + 1):
+        p = 1 / (1 + np.exp(-(A @ beta)))
+        w = n * p * (1 - p)
+        info = A.T @ (w[:, None] * A)
+        try:
+            info_inv = np.linalg.inv(info)
+        except np.linalg.LinAlgError as e:
+            raise FitError(f"singular Fisher information at iteration {it}, beta={beta}") from e
+        resid = k - n * p
+        if firth:
+            h = w * np.einsum("ij,jk,ik->i", A, info_inv, A)
+            resid = resid + h * (0.5 - p)
+        step = info_inv @ (A.T @ resid)
+        # damp huge steps (far from the optimum the Newton step can overshoot)
+        big = np.abs(step).max()
+        if big > 5:
+            step *= 5 / big
+        beta = beta + step
+        if np.abs(beta).max() > 1e4:
+            raise FitError(f"logistic fit diverges (beta={beta} after {it} iterations): the data are separated, "
+                           f"so the plain MLE width is 0; use firth=True")
+        if np.abs(step).max() < tol:
+            break
+    else:
+        raise FitError(f"logistic fit did not converge in {max_iter} iterations: beta={beta}, last step={step}")
+    p = 1 / (1 + np.exp(-(A @ beta)))
+    info_inv = np.linalg.inv(A.T @ ((n * p * (1 - p))[:, None] * A))
+    b0, b1 = beta
+    if b1 <= 0:
+        raise FitError(f"fitted success curve decreases with x (slope {b1 / xs:.3g}); not a transition")
+    loc = xc - b0 * xs / b1
+    width = xs / b1
+    # delta method: loc = xc - xs b0/b1, width = xs/b1
+    J = np.array([[-xs / b1, xs * b0 / b1**2], [0.0, -xs / b1**2]])
+    cov = J @ info_inv @ J.T
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dev = 2 * np.sum(np.where(k > 0, k * np.log(k / (n * p)), 0)
+                         + np.where(n - k > 0, (n - k) * np.log((n - k) / (n * (1 - p))), 0))
+    return SuccessFit(float(loc), float(width), float(math.sqrt(cov[0, 0])), float(math.sqrt(cov[1, 1])),
+                      float(dev), it)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# finite-size scaling
+
+
+@dataclasses.dataclass
+class FiniteSizeFit:
+    """δ_c(d) = limit + slope · g(d) with g(d) = 1/log d ("inv_log") or d^{-1/2} ("inv_sqrt")."""
+
+    limit: float
+    slope: float
+    limit_se: float
+    slope_se: float
+    form: str
+
+    def __call__(self, d):
+        return self.limit + self.slope * _size_feature(np.asarray(d, dtype=float), self.form)
+
+
+def _size_feature(d, form: str):
+    if form == "inv_log":
+        return 1.0 / np.log(d)
+    if form == "inv_sqrt":
+        return d ** -0.5
+    raise ValueError(f"unknown finite-size form {form!r}; use 'inv_log' or 'inv_sqrt'")
+
+
+def fit_finite_size(d, value, se=None, *, form: str = "inv_log") -> FiniteSizeFit:
+    """Weighted least-squares fit of value(d) = limit + slope · g(d) (brief §8: log-d finite-size shifts).
+
+    ``se`` are the standard errors of ``value`` (weights 1/se²); without them all points weigh the same and the
+    parameter errors are scaled by the residual variance (they are nan with exactly two points). With ``se``
+    the errors are the textbook WLS ones (Σ = (AᵀWA)⁻¹), exact when the se are the true noise levels.
+    """
+    d, v = np.asarray(d, dtype=float).ravel(), np.asarray(value, dtype=float).ravel()
+    if d.shape != v.shape or d.size < 2 or np.unique(d).size < 2:
+        raise ValueError(f"need >= 2 distinct sizes with one value each, got d={d}, value={v}")
+    if np.any(d <= 1):
+        raise ValueError(f"sizes must exceed 1, got {d}")
+    if not np.all(np.isfinite(v)):
+        raise ValueError(f"values must be finite, got {v}")
+    A = np.stack([np.ones_like(d), _size_feature(d, form)], axis=1)
+    if se is None:
+        w = np.ones_like(d)
+    else:
+        se = np.asarray(se, dtype=float).ravel()
+        if se.shape != d.shape or np.any(~(se > 0)):
+            raise ValueError(f"se must be positive, one per size, got {se}")
+        w = 1 / se**2
+    cov = np.linalg.inv(A.T @ (w[:, None] * A))
+    coef = cov @ (A.T @ (w * v))
+    if se is None:
+        dof = d.size - 2
+        s2 = np.sum((v - A @ coef) ** 2) / dof if dof > 0 else float("nan")
+        cov = cov * s2
+    return FiniteSizeFit(float(coef[0]), float(coef[1]), float(math.sqrt(cov[0, 0])), float(math.sqrt(cov[1, 1])),
+                         form)
+
+
+def fit_power_law(x, y):
+    """Least-squares fit of log y = log c + p log x. Returns (c, p, p_se); p_se is nan with two points."""
+    x, y = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
+    if x.shape != y.shape or x.size < 2 or np.any(x <= 0) or np.any(y <= 0):
+        raise ValueError(f"need >= 2 positive (x, y) pairs, got x={x}, y={y}")
+    A = np.stack([np.ones_like(x), np.log(x)], axis=1)
+    coef, *_ = np.linalg.lstsq(A, np.log(y), rcond=None)
+    dof = x.size - 2
+    if dof > 0:
+        s2 = np.sum((np.log(y) - A @ coef) ** 2) / dof
+        p_se = math.sqrt(s2 * np.linalg.inv(A.T @ A)[1, 1])
+    else:
+        p_se = float("nan")
+    return float(math.exp(coef[0])), float(coef[1]), p_se
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# escape times along trajectories
+
+
+def first_crossing(t, y, level, *, direction: str = "up", after=None):
+    """First time each trajectory crosses ``level``, linearly interpolated between recorded steps.
+
+    ``t`` [T] increasing, ``y`` [..., T]; ``level`` a scalar or an array broadcasting to y[..., 0];
+    ``direction`` "up" (y rises to ≥ level) or "down" (falls to ≤ level); ``after`` (scalar or per-trajectory)
+    ignores crossings before that time. Returns [...] floats, nan where the level is never crossed. A trajectory
+    already past the level at its first admissible time gets that time.
+    """
+    t = np.asarray(t, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if t.ndim != 1 or y.shape[-1] != t.size or np.any(np.diff(t) <= 0):
+        raise ValueError(f"t must be increasing with len = y.shape[-1]; got t {t.shape}, y {y.shape}")
+    if direction not in ("up", "down"):
+        raise ValueError(f"direction must be 'up' or 'down', got {direction!r}")
+    level = np.broadcast_to(np.asarray(level, dtype=float), y.shape[:-1])[..., None]
+    s = (y - level) if direction == "up" else (level - y)
+    ok = s >= 0
+    if after is not None:
+        after = np.broadcast_to(np.asarray(after, dtype=float), y.shape[:-1])[..., None]
+        ok = ok & (t >= after)
+    hit = ok.any(-1)
+    i = np.argmax(ok, axis=-1)  # first admissible index at or past the level
+    ip = np.maximum(i - 1, 0)
+    ti, tp = t[i], t[ip]
+    si = np.take_along_axis(s, i[..., None], -1)[..., 0]
+    sp = np.take_along_axis(s, ip[..., None], -1)[..., 0]
+    first = i == 0
+    if after is not None:
+        first = first | (tp < after[..., 0])
+    interp = ~first & (sp < 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(interp, -sp / (si - sp), 1.0)
+    out = np.where(interp, tp + frac * (ti - tp), ti)
+    return np.where(hit, out, np.nan)
+
+
+def growth_rate(t, overlap, t_lo: float, t_hi: float):
+    """Per-step exponential growth rate r of |overlap| on [t_lo, t_hi]: least-squares slope of log|overlap|
+    against t, batched over leading dims ([..., T] → [...]). On a negative-curvature direction GD multiplies the
+    overlap by (1 + η|λ|) per step (brief §9), so r = log(1 + η|λ|)."""
+    t = np.asarray(t, dtype=float)
+    y = np.log(np.abs(np.asarray(overlap, dtype=float)))
+    sel = (t >= t_lo) & (t <= t_hi)
+    if sel.sum() < 2:
+        raise ValueError(f"need >= 2 recorded times in [{t_lo}, {t_hi}], have {sel.sum()}")
+    ts, ys = t[sel], y[..., sel]
+    tc = ts - ts.mean()
+    return np.sum(tc * (ys - ys.mean(-1, keepdims=True)), axis=-1) / np.sum(tc * tc)
+
+
+def predicted_escape_time(lam, eta: float, m0, m_target: float = 0.5):
+    """Steps for the hard overlap to grow from m0 to m_target along an eigen-direction of eigenvalue ``lam`` < 0:
+    t = log(m_target / m0) / log(1 + η|λ|) (brief §9; ≈ log d / (2η|λ|) when m0 = d^{-1/2} and η|λ| ≪ 1).
+    Infinite for λ ≥ 0 (no unstable direction)."""
+    lam = np.asarray(lam, dtype=float)
+    m0 = np.asarray(m0, dtype=float)
+    if eta <= 0 or np.any(m0 <= 0) or m_target <= 0:
+        raise ValueError(f"need eta > 0, m0 > 0, m_target > 0; got {eta}, {m0}, {m_target}")
+    with np.errstate(divide="ignore"):
+        rate = np.log1p(eta * np.abs(lam))
+        t = np.log(m_target / m0) / rate
+    return np.where(lam < 0, np.maximum(t, 0.0), np.inf)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# divergence of the escape time at the threshold
+
+
+@dataclasses.dataclass
+class DivergenceFit:
+    """t(δ) = amplitude · (δ − delta_c)^(−exponent); ``*_se`` from the Gauss–Newton covariance (nan when fixed)."""
+
+    delta_c: float
+    exponent: float
+    amplitude: float
+    delta_c_se: float
+    exponent_se: float
+    rms_log: float
+
+    def __call__(self, delta):
+        return self.amplitude * (np.asarray(delta, dtype=float) - self.delta_c) ** (-self.exponent)
+
+
+def fit_divergence(delta, t, *, delta_c: float | None = None, exponent: float | None = None) -> DivergenceFit:
+    """Fit log t = log A − ν log(δ − δ_c) by least squares (in log t, so relative errors weigh equally).
+
+    With ``delta_c`` given (e.g. the predicted δ_NN) only A and ν are fitted (linear); with ``exponent`` also
+    given only A is fitted. Otherwise δ_c is fitted under δ_c < min δ (needs >= 4 points for an error).
+    Raises :class:`FitError` if the nonlinear solver fails.
+    """
+    x, y = np.asarray(delta, dtype=float).ravel(), np.asarray(t, dtype=float).ravel()
+    if x.shape != y.shape or x.size < 2 or np.any(~np.isfinite(y)) or np.any(y <= 0):
+        raise ValueError(f"need >= 2 finite positive times, got delta={x}, t={y}")
+    ly = np.log(y)
+    if delta_c is not None:
+        if np.any(x <= delta_c):
+            raise ValueError(f"all delta must exceed delta_c={delta_c}, got {x}")
+        lx = np.log(x - delta_c)
+        if exponent is not None:
+            la = np.mean(ly + exponent * lx)
+            r = ly - (la - exponent * lx)
+            return DivergenceFit(delta_c, exponent, math.exp(la), float("nan"), float("nan"),
+                                 float(np.sqrt(np.mean(r**2))))
+        c, p, p_se = fit_power_law(x - delta_c, y)
+        r = ly - (math.log(c) + p * lx)
+        return DivergenceFit(delta_c, -p, c, float("nan"), p_se, float(np.sqrt(np.mean(r**2))))
+    if x.size < 3:
+        raise ValueError("fitting delta_c needs >= 3 points")
+    span = x.max() - x.min()
+
+    def res(q):
+        dc, nu, la = q
+        return ly - (la + -nu * np.log(x - dc))
+
+    best = None
+    for dc0 in x.min() - span * np.array([0.05, 0.2, 0.5, 1.0, 2.0]):
+        c, p, _ = fit_power_law(x - dc0, y)
+        sol = optimize.least_squares(res, [dc0, max(-p, 0.05), math.log(c)],
+                                     bounds=([-np.inf, 0.0, -np.inf], [x.min() - 1e-9 * span, 20.0, np.inf]))
+        if sol.success and (best is None or sol.cost < best.cost):
+            best = sol
+    if best is None:
+        raise FitError(f"divergence fit failed for delta={x}, t={y}")
+    J = best.jac
+    dof = x.size - 3
+    if dof > 0:
+        s2 = 2 * best.cost / dof
+        try:
+            cov = np.linalg.inv(J.T @ J) * s2
+            dc_se, nu_se = math.sqrt(cov[0, 0]), math.sqrt(cov[1, 1])
+        except np.linalg.LinAlgError:
+            dc_se = nu_se = float("nan")
+    else:
+        dc_se = nu_se = float("nan")
+    dc, nu, la = best.x
+    return DivergenceFit(float(dc), float(nu), math.exp(la), dc_se, nu_se, float(np.sqrt(2 * best.cost / x.size)))
+
+
+def binomial_consistent(k1, n1, k2, n2, *, alpha: float = 0.05) -> tuple[bool, float]:
+    """Are two success counts k1/n1 and k2/n2 consistent with one success probability? Fisher's exact test
+    (two-sided); returns (p-value ≥ alpha, p-value). Used to compare our success counts with a reference run."""
+    table = [[int(k1), int(n1 - k1)], [int(k2), int(n2 - k2)]]
+    p = float(stats.fisher_exact(table).pvalue)
+    return p >= alpha, p

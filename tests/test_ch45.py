@@ -1,0 +1,180 @@
+"""Tests of the transition-analysis helpers (grokspectra.transitions) used by chapters 4 and 5.
+
+Each fit is checked against a closed form, a second method (direct likelihood maximisation, an explicit loop,
+GD on a quadratic) or its own stated statistical accuracy on synthetic data with known truth.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+from grokspectra import transitions as tr
+
+
+def test_wilson_interval_matches_scipy():
+    for k, n in [(0, 4), (3, 4), (7, 20), (20, 20), (137, 400)]:
+        lo, hi = tr.wilson_interval(k, n)
+        ci = stats.binomtest(k, n).proportion_ci(method="wilson")
+        assert abs(lo - ci.low) < 1e-12 and abs(hi - ci.high) < 1e-12
+    with pytest.raises(ValueError):
+        tr.wilson_interval(5, 4)
+
+
+def test_plain_logistic_fit_equals_direct_likelihood_maximum():
+    # second method: minimise the binomial negative log-likelihood in (loc, log width) with Nelder-Mead
+    x = np.array([3.0, 4, 5, 6, 7, 8])
+    n = np.array([10, 10, 10, 10, 10, 10])
+    k = np.array([0, 1, 3, 6, 9, 10])
+
+    def nll(q):
+        p = np.clip(tr.logistic(x, q[0], math.exp(q[1])), 1e-300, 1 - 1e-16)
+        return -np.sum(k * np.log(p) + (n - k) * np.log1p(-p))
+
+    ref = optimize.minimize(nll, [5.0, 0.0], method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-12,
+                                                                             "maxiter": 10000})
+    fit = tr.fit_success_curve(x, k, n, firth=False)
+    assert abs(fit.loc - ref.x[0]) < 1e-5 and abs(fit.width - math.exp(ref.x[1])) < 1e-5
+    # Firth's correction moves the estimate by O(1/n), here less than one standard error
+    ff = tr.fit_success_curve(x, k, n)
+    assert abs(ff.loc - fit.loc) < fit.loc_se
+
+
+def test_success_fit_recovers_truth_with_calibrated_errors():
+    rng = np.random.default_rng(0)
+    x = np.linspace(4.0, 7.0, 9)
+    n = np.full(9, 200)
+    locs, ses = [], []
+    for _ in range(300):
+        k = rng.binomial(n, tr.logistic(x, 5.5, 0.4))
+        f = tr.fit_success_curve(x, k, n)
+        locs.append(f.loc)
+        ses.append(f.loc_se)
+    locs, ses = np.array(locs), np.array(ses)
+    # bias: the mean of 300 estimates has standard error ~ sd/sqrt(300); allow 4 of them
+    assert abs(locs.mean() - 5.5) < 4 * locs.std() / math.sqrt(300)
+    # the reported standard error matches the spread (the sd of 300 draws is known to ~4%; allow 15%)
+    assert abs(ses.mean() / locs.std() - 1) < 0.15
+
+
+def test_firth_fit_is_finite_and_symmetric_on_separated_data():
+    x = np.array([3.0, 4, 5, 6])
+    k = np.array([0, 0, 4, 4])
+    n = np.array([4, 4, 4, 4])
+    f = tr.fit_success_curve(x, k, n)
+    assert abs(f.loc - 4.5) < 1e-8  # the design is symmetric about 4.5
+    assert 0 < f.width < 1
+    with pytest.raises(tr.FitError):
+        tr.fit_success_curve(x, k, n, firth=False)
+    with pytest.raises(ValueError, match="bracket"):
+        tr.fit_success_curve(x, np.zeros(4), n)
+    with pytest.raises(tr.FitError, match="decreases"):
+        tr.fit_success_curve(x, k[::-1], n)
+
+
+def test_finite_size_fit_exact_and_coverage():
+    d = np.array([250.0, 500, 1000, 2000, 4000])
+    f = tr.fit_finite_size(d, 5.0 + 7.0 / np.log(d))
+    assert abs(f.limit - 5.0) < 1e-10 and abs(f.slope - 7.0) < 1e-9
+    g = tr.fit_finite_size(d, 2.0 + 3.0 * d**-0.5, form="inv_sqrt")
+    assert abs(g.limit - 2.0) < 1e-10
+    # with known noise levels, the 95% interval covers the truth 95% of the time (400 draws: sd 1.1%)
+    rng = np.random.default_rng(1)
+    se = np.array([0.3, 0.25, 0.2, 0.2, 0.15])
+    cover = 0
+    for _ in range(400):
+        v = 5.0 + 7.0 / np.log(d) + se * rng.standard_normal(5)
+        h = tr.fit_finite_size(d, v, se)
+        cover += abs(h.limit - 5.0) < 1.959964 * h.limit_se
+    assert 0.91 < cover / 400 < 0.99
+
+
+def test_power_law_fit_exact():
+    x = np.array([1.0, 2, 4, 8])
+    c, p, p_se = tr.fit_power_law(x, 3.0 * x**-0.7)
+    assert abs(c - 3.0) < 1e-12 and abs(p + 0.7) < 1e-12 and p_se < 1e-10
+
+
+def _first_crossing_loop(t, y, level, direction):
+    out = np.full(y.shape[0], np.nan)
+    for r in range(y.shape[0]):
+        for i in range(len(t)):
+            past = y[r, i] >= level if direction == "up" else y[r, i] <= level
+            if past:
+                if i == 0:
+                    out[r] = t[0]
+                else:
+                    out[r] = t[i - 1] + (level - y[r, i - 1]) / (y[r, i] - y[r, i - 1]) * (t[i] - t[i - 1])
+                break
+    return out
+
+
+def test_first_crossing_closed_form_and_loop():
+    t = np.linspace(0, 50, 5001)
+    tau = np.array([2.0, 5.0, 9.0])
+    y = np.exp(-t[None, :] / tau[:, None])
+    got = tr.first_crossing(t, y, 0.3, direction="down")
+    # linear interpolation on a grid of step h = 0.01 errs by < h^2 max|y''| / (8 |y'|) ~ 1e-5 here
+    assert np.allclose(got, tau * math.log(1 / 0.3), atol=1e-4)
+    rng = np.random.default_rng(2)
+    noisy = rng.standard_normal((20, 60)).cumsum(-1)
+    tt = np.arange(60.0)
+    for direction, level in [("up", 3.0), ("down", -2.0)]:
+        a = tr.first_crossing(tt, noisy, level, direction=direction)
+        b = _first_crossing_loop(tt, noisy, level, direction)
+        assert np.array_equal(np.isnan(a), np.isnan(b)) and np.allclose(a[~np.isnan(a)], b[~np.isnan(b)])
+    never = tr.first_crossing(t, y, 2.0, direction="up")
+    assert np.all(np.isnan(never))
+    # ``after``: a curve that starts above the level and dips below only counts the later crossing
+    yy = np.array([[1.0, 0.2, 0.8, 0.1]])
+    assert tr.first_crossing(np.arange(4.0), yy, 0.5, direction="down")[0] == pytest.approx(0.625)
+    assert tr.first_crossing(np.arange(4.0), yy, 0.5, direction="down", after=2)[0] == pytest.approx(2 + 3 / 7)
+
+
+def test_escape_time_and_growth_rate_match_gd_on_a_quadratic():
+    # GD v <- v - eta H v on a quadratic whose Hessian has one negative eigenvalue lam along e_0: the overlap
+    # with e_0 grows by (1 + eta|lam|) per step (brief §9), which is what predicted_escape_time inverts
+    d, eta, lam = 50, 0.1, -0.8
+    rng = np.random.default_rng(3)
+    Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    evals = np.concatenate([[lam], rng.uniform(0.1, 2.0, d - 1)])
+    H = (Q * evals) @ Q.T
+    v = rng.standard_normal(d) / math.sqrt(d)
+    m0 = abs(Q[:, 0] @ v)
+    traj = []
+    for _ in range(200):
+        traj.append(abs(Q[:, 0] @ v))
+        v = v - eta * H @ v
+    traj = np.array(traj)
+    t = np.arange(200.0)
+    t_meas = tr.first_crossing(t, traj, 0.5)
+    t_pred = tr.predicted_escape_time(lam, eta, m0, 0.5)
+    assert abs(t_meas - t_pred) < 1.0  # geometric growth, linearly interpolated between integer steps
+    assert abs(tr.growth_rate(t, traj, 10, 100) - math.log1p(eta * abs(lam))) < 1e-10
+    assert np.isinf(tr.predicted_escape_time(0.3, eta, m0))
+    # small eta|lam|: t ~ log(d)/(2 eta |lam|) for m0 = d^-1/2 and target 1
+    dd = 1e6
+    assert tr.predicted_escape_time(-0.01, 0.1, dd**-0.5, 1.0) == pytest.approx(math.log(dd) / (2 * 0.001), rel=1e-3)
+
+
+def test_divergence_fit_recovers_threshold():
+    delta = np.array([5.5, 6.0, 7.0, 8.0, 10.0, 12.0])
+    t = 40.0 * (delta - 5.0) ** -1.0
+    f = tr.fit_divergence(delta, t)
+    assert abs(f.delta_c - 5.0) < 1e-5 and abs(f.exponent - 1.0) < 1e-5 and abs(f.amplitude - 40) < 1e-3
+    fixed = tr.fit_divergence(delta, t, delta_c=5.0)
+    assert abs(fixed.exponent - 1.0) < 1e-10
+    both = tr.fit_divergence(delta, t, delta_c=5.0, exponent=1.0)
+    assert abs(both.amplitude - 40.0) < 1e-10
+    # 5% multiplicative noise: the fitted threshold lies within 3 of its reported standard errors
+    rng = np.random.default_rng(4)
+    g = tr.fit_divergence(delta, t * np.exp(0.05 * rng.standard_normal(6)))
+    assert abs(g.delta_c - 5.0) < 3 * g.delta_c_se + 1e-9
+    with pytest.raises(ValueError):
+        tr.fit_divergence(delta, t, delta_c=6.0)
+
+
+def test_binomial_consistency():
+    assert tr.binomial_consistent(3, 4, 3, 4)[0]
+    assert not tr.binomial_consistent(0, 20, 20, 20)[0]
