@@ -1,0 +1,373 @@
+"""Multi-index data, two-layer networks and batched full-batch gradient descent.
+
+Conventions of ``mw_theory.md`` §2 (the brief; the paper's own conventions are unknown, brief §0):
+
+* data x ~ N(0, I_d), latent z = Θ_*ᵀx ∈ R^k with Θ_*ᵀΘ_* = I_k, label y = φ(z) (+ noise) (§2.1);
+* network f(x) = (1/m) Σ_j a_j σ(θ_jᵀx + b_j), first layer Θ = [θ_1 … θ_m] ∈ R^{d×m} trained, a, b fixed (§2.2);
+* per-sample loss L(u; y) = ℓ(y, f(u)) of the pre-activations u = Θᵀx; F = ∇_u L, D = ∇²_u L (§2.3);
+* GD Θ ← (1 − ηλ) Θ − η (1/n) Xᵀ F(XΘ; y) (§2.4); observables M = Θ_*ᵀΘ, Q = ΘᵀΘ, train and test risk (§2.5).
+
+Everything is batched: a leading ``trials`` dimension, and groups of different sample sizes n (one per δ).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable, Sequence
+
+import torch
+
+SQRT2 = math.sqrt(2.0)
+INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+# --- activations ------------------------------------------------------------------------------------------------
+def _gelu(u):
+    return u * 0.5 * (1.0 + torch.erf(u / SQRT2))
+
+
+def _gelu1(u):
+    return 0.5 * (1.0 + torch.erf(u / SQRT2)) + u * INV_SQRT2PI * torch.exp(-0.5 * u * u)
+
+
+def _gelu2(u):
+    return INV_SQRT2PI * torch.exp(-0.5 * u * u) * (2.0 - u * u)
+
+
+def _tanh1(u):
+    return 1.0 - torch.tanh(u) ** 2
+
+
+def _tanh2(u):
+    t = torch.tanh(u)
+    return -2.0 * t * (1.0 - t * t)
+
+
+ACTIVATIONS: dict[str, tuple[Callable, Callable, Callable]] = {
+    # GeLU σ = uΦ(u), σ' = Φ + uϕ, σ'' = ϕ(2 − u²)  (brief §2.2)
+    "gelu": (_gelu, _gelu1, _gelu2),
+    # Quad σ = u²
+    "quad": (lambda u: u * u, lambda u: 2.0 * u, lambda u: torch.full_like(u, 2.0)),
+    # ReLU; σ'' = 0 away from the kink (a.e.)
+    "relu": (torch.relu, lambda u: (u > 0).to(u.dtype), torch.zeros_like),
+    "tanh": (torch.tanh, _tanh1, _tanh2),
+}
+
+
+def activation(name) -> tuple[Callable, Callable, Callable]:
+    """(σ, σ', σ'') for ``name`` in :data:`ACTIVATIONS`; a 3-tuple of callables is returned as it is."""
+    if isinstance(name, tuple) and len(name) == 3 and all(callable(f) for f in name):
+        return name
+    try:
+        return ACTIVATIONS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown activation {name!r}; known: {sorted(ACTIVATIONS)} or a tuple (σ, σ', σ'')") from None
+
+
+# --- losses -----------------------------------------------------------------------------------------------------
+def _logcosh(r):
+    a = r.abs()
+    return a + torch.log1p(torch.exp(-2.0 * a)) - math.log(2.0)
+
+
+LOSSES: dict[str, tuple[Callable, Callable, Callable]] = {
+    # ℓ(r), ℓ'(r), ℓ''(r) of the residual r = f − y
+    "square": (lambda r: 0.5 * r * r, lambda r: r, torch.ones_like),
+    # bounded ℓ' (brief §10: avoids the unbounded Hessian weights of §5.5)
+    "logcosh": (_logcosh, torch.tanh, lambda r: 1.0 - torch.tanh(r) ** 2),
+}
+
+
+def _loss(name):
+    try:
+        return LOSSES[name]
+    except KeyError:
+        raise ValueError(f"unknown loss {name!r}; known: {sorted(LOSSES)}") from None
+
+
+# --- links ------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """A link y = φ(z) + noise·ε on the latent z ∈ R^k.
+
+    ``hard`` lists the latent coordinates the label is even in given the others (brief §4: E[z_H | y, z_E] = 0);
+    the DMFT flips exactly these for antithetic sampling.
+    """
+
+    name: str
+    fn: Callable[[torch.Tensor], torch.Tensor]
+    k: int
+    hard: tuple[int, ...]
+    noise: float = 0.0
+
+    def __call__(self, z: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
+        if z.shape[-1] != self.k:
+            raise ValueError(f"link {self.name!r} needs latent dimension k={self.k}, got z of shape {tuple(z.shape)}")
+        y = self.fn(z)
+        if self.noise:
+            if eps is None:
+                raise ValueError(f"link {self.name!r} has noise {self.noise}: pass eps (standard normal, shape {tuple(y.shape)})")
+            y = y + self.noise * eps
+        return y
+
+
+LINKS = {
+    "pr": lambda c=None: (lambda z: z[..., 0] ** 2, 1, (0,)),
+    "pr_clip": lambda c=6.0: (lambda z: torch.clamp(z[..., 0] ** 2, max=c), 1, (0,)),
+    "pr_tanh": lambda c=None: (lambda z: torch.tanh(z[..., 0] ** 2), 1, (0,)),
+    "staircase": lambda c=None: (lambda z: z[..., 0] + z[..., 1] ** 2, 2, (1,)),
+}
+
+
+def link(name, *, c: float | None = None, k: int | None = None, hard: Sequence[int] | None = None,
+         noise: float = 0.0) -> Link:
+    """A :class:`Link`: ``"pr"`` y = z², ``"pr_clip"`` y = min(z², c) (c = 6 by default), ``"pr_tanh"``
+    y = tanh(z²), ``"staircase"`` y = z₁ + z₂² (z₁ easy, z₂ hard), or a callable ``fn(z[..., k]) -> y[...]``
+    (then ``k`` is required and ``hard`` defaults to every coordinate). A :class:`Link` is returned unchanged."""
+    if isinstance(name, Link):
+        return name
+    if callable(name):
+        if k is None:
+            raise ValueError("a callable link needs its latent dimension k")
+        return Link(getattr(name, "__name__", "custom"), name, int(k), tuple(range(k)) if hard is None else tuple(hard), noise)
+    if name not in LINKS:
+        raise ValueError(f"unknown link {name!r}; known: {sorted(LINKS)} or a callable")
+    fn, kk, hh = LINKS[name]() if c is None else LINKS[name](c)
+    if k is not None and k != kk:
+        raise ValueError(f"link {name!r} has k={kk}, not {k}")
+    return Link(name, fn, kk, hh if hard is None else tuple(hard), noise)
+
+
+# --- per-sample loss, F = ∇_u L and D = ∇²_u L (brief §2.3) -------------------------------------------------------
+def _parts(u, y, act, a, b, loss):
+    s0, s1, s2 = activation(act)
+    m = u.shape[-1]
+    a = torch.ones(m, device=u.device, dtype=u.dtype) if a is None else torch.as_tensor(a, device=u.device, dtype=u.dtype)
+    pre = u if b is None else u + torch.as_tensor(b, device=u.device, dtype=u.dtype)
+    f = (a * s0(pre)).sum(-1) / m
+    r = f - y
+    l0, l1, l2 = _loss(loss)
+    return pre, a, m, r, (l0, l1, l2), (s1, s2)
+
+
+def per_sample_loss(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
+    """L(u; y) = ℓ(f(u) − y) with f(u) = (1/m) Σ_j a_j σ(u_j + b_j) (brief §2.2–§2.3). ``u`` [..., m], ``y`` [...]."""
+    _, _, _, r, (l0, _, _), _ = _parts(u, y, act, a, b, loss)
+    return l0(r)
+
+
+def per_sample_F(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
+    """F(u; y) = ∇_u L = ℓ'(f − y) g, g_j = a_j σ'(u_j + b_j)/m (brief §2.3). Returns [..., m]."""
+    pre, a, m, r, (_, l1, _), (s1, _) = _parts(u, y, act, a, b, loss)
+    return l1(r)[..., None] * (a * s1(pre) / m)
+
+
+def per_sample_F_and_loss(u, y, act="gelu", a=None, b=None, loss="square"):
+    """(F, L) in one pass (the GD hot loop)."""
+    pre, a, m, r, (l0, l1, _), (s1, _) = _parts(u, y, act, a, b, loss)
+    return l1(r)[..., None] * (a * s1(pre) / m), l0(r)
+
+
+def per_sample_D(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
+    """D(u; y) = ∇²_u L = ℓ''(f − y) g gᵀ + ℓ'(f − y) diag(a_j σ''(u_j + b_j)/m) (brief §2.3). Returns [..., m, m]."""
+    pre, a, m, r, (_, l1, l2), (s1, s2) = _parts(u, y, act, a, b, loss)
+    g = a * s1(pre) / m
+    D = l2(r)[..., None, None] * g[..., :, None] * g[..., None, :]
+    return D + torch.diag_embed(l1(r)[..., None] * (a * s2(pre) / m))
+
+
+# --- data ---------------------------------------------------------------------------------------------------------
+def make_generator(generator, device) -> torch.Generator:
+    """A generator on ``device``: an int seeds a new one; a generator on another device seeds a new one from it."""
+    device = torch.device(device)
+    if isinstance(generator, torch.Generator):
+        if generator.device.type == device.type:
+            return generator
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+    elif generator is None:
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+    else:
+        seed = int(generator)
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+@dataclasses.dataclass
+class Problem:
+    """Training data for ``trials`` independent problems at each sample size ``n[g]`` (group g ↔ δ_g = n_g/d).
+
+    ``X[g]`` [trials, n_g, d], ``y[g]`` [trials, n_g], ``Theta_star[g]`` [trials, d, k] (orthonormal columns).
+    ``single`` is True when one n (not a list) was asked for; results then have no group dimension.
+    """
+
+    d: int
+    n: list[int]
+    k: int
+    link: Link
+    X: list[torch.Tensor]
+    y: list[torch.Tensor]
+    Theta_star: list[torch.Tensor]
+    single: bool
+
+    @property
+    def trials(self) -> int:
+        return self.X[0].shape[0]
+
+    @property
+    def delta(self) -> list[float]:
+        return [n / self.d for n in self.n]
+
+
+def random_orthonormal(trials, d, k, *, device, dtype, generator) -> torch.Tensor:
+    """Θ_* [trials, d, k] uniformly distributed with Θ_*ᵀΘ_* = I_k (QR of a Gaussian matrix, signs fixed)."""
+    G = torch.randn(trials, d, k, device=device, dtype=dtype, generator=generator)
+    Qm, R = torch.linalg.qr(G)
+    return Qm * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)
+
+
+def sample_problem(d: int, n, k: int, link_, *, trials: int = 1, device="cpu", dtype=torch.float32,
+                   generator=None) -> Problem:
+    """Draw x_i ~ N(0, I_d), Θ_* and y_i = φ(Θ_*ᵀx_i) (brief §2.1) for each n in ``n`` (an int or a list)."""
+    lk = link(link_)
+    if lk.k != k:
+        raise ValueError(f"link {lk.name!r} has latent dimension {lk.k}, but k={k} was given")
+    single = isinstance(n, int)
+    ns = [int(n)] if single else [int(v) for v in n]
+    if d < k or min(ns) < 1 or trials < 1:
+        raise ValueError(f"need d >= k, n >= 1 and trials >= 1; got d={d}, k={k}, n={ns}, trials={trials}")
+    g = make_generator(generator, device)
+    Xs, ys, Ts = [], [], []
+    for nn in ns:
+        Ts.append(random_orthonormal(trials, d, k, device=device, dtype=dtype, generator=g))
+        X = torch.randn(trials, nn, d, device=device, dtype=dtype, generator=g)
+        eps = torch.randn(trials, nn, device=device, dtype=dtype, generator=g) if lk.noise else None
+        Xs.append(X)
+        ys.append(lk(torch.bmm(X, Ts[-1]), eps))
+    return Problem(d, ns, k, lk, Xs, ys, Ts, single)
+
+
+def init_theta(Theta_star, m: int, *, M0=None, Q0=None, generator=None) -> torch.Tensor:
+    """Initial first layer [trials, d, m] (brief §2.6).
+
+    Random (``M0`` None): θ_j ~ N(0, I_d/d). Warm: Θ = Θ_* M0 + Θ_⊥ with Θ_⊥ ⟂ span Θ_*, Θ_⊥ᵀΘ_⊥ ≈ Q0 (default I_m),
+    i.e. the DMFT initial condition (M_0, Q_⊥(0,0)).
+    """
+    trials, d, k = Theta_star.shape
+    dev, dt = Theta_star.device, Theta_star.dtype
+    W = torch.randn(trials, d, m, device=dev, dtype=dt, generator=generator) / math.sqrt(d)
+    if M0 is None and Q0 is None:
+        return W
+    W = (W - Theta_star @ (Theta_star.transpose(1, 2) @ W)) * math.sqrt(d / (d - k))
+    if Q0 is not None:
+        W = W @ torch.linalg.cholesky(torch.as_tensor(Q0, device=dev, dtype=dt)).T
+    if M0 is not None:
+        M0 = torch.as_tensor(M0, device=dev, dtype=dt)
+        if M0.shape != (k, m):
+            raise ValueError(f"M0 must have shape (k, m) = {(k, m)}, got {tuple(M0.shape)}")
+        W = W + Theta_star @ M0
+    return W
+
+
+def spectral_direction(Theta_star, link_, n_spec: int, preprocess: Callable, *, iters: int = 300,
+                       generator=None) -> torch.Tensor:
+    """Leading eigenvector [trials, d] of (1/n) Σ T(y_i) x_i x_iᵀ on an *independent* sample of size ``n_spec``
+    (brief §2.6, §7: sample splitting), by shifted power iteration (matrix-free, two reads of X per iteration)."""
+    lk = link(link_)
+    trials, d, k = Theta_star.shape
+    dev, dt = Theta_star.device, Theta_star.dtype
+    X = torch.randn(trials, n_spec, d, device=dev, dtype=dt, generator=generator)
+    eps = torch.randn(trials, n_spec, device=dev, dtype=dt, generator=generator) if lk.noise else None
+    Tn = preprocess(lk(X @ Theta_star, eps))
+    shift = Tn.abs().amax(-1, keepdim=True) * (1 + math.sqrt(d / n_spec)) ** 2  # makes the matrix PSD
+    v = torch.randn(trials, d, device=dev, dtype=dt, generator=generator)
+    v = v / v.norm(dim=-1, keepdim=True)
+    for _ in range(iters):
+        w = ((X @ v[..., None]).squeeze(-1) * Tn)[..., None]
+        v = (X.transpose(1, 2) @ w).squeeze(-1) / n_spec + shift * v
+        v = v / v.norm(dim=-1, keepdim=True)
+    return v
+
+
+# --- gradient descent ---------------------------------------------------------------------------------------------
+def fresh_latents(k: int, m: int, n_test: int, link_, *, device, dtype, generator):
+    """Fresh test samples in the (k + m)-dimensional latent space: (z, ξ, y). For x ~ N(0, I_d) the pair
+    (Θ_*ᵀx, Θᵀx) is exactly Gaussian with covariance [[I, M], [Mᵀ, Q]], so u = zM + ξ chol(Q − MᵀM)ᵀ has the law of
+    the test pre-activations: the test risk on fresh data needs no d-dimensional test set."""
+    lk = link(link_)
+    z = torch.randn(n_test, k, device=device, dtype=dtype, generator=generator)
+    xi = torch.randn(n_test, m, device=device, dtype=dtype, generator=generator)
+    eps = torch.randn(n_test, device=device, dtype=dtype, generator=generator) if lk.noise else None
+    return z, xi, lk(z, eps)
+
+
+def risk_from_overlaps(M, Q, z, xi, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
+    """Test risk E L(u; y) with u = zM + ξ chol(Q − MᵀM)ᵀ, batched over the leading dims of M [.., k, m], Q [.., m, m].
+    A tiny jitter keeps the Cholesky factor defined when Q − MᵀM is singular (no host synchronisation)."""
+    m = Q.shape[-1]
+    Qp = Q - M.transpose(-1, -2) @ M
+    Qp = 0.5 * (Qp + Qp.transpose(-1, -2))
+    eye = torch.eye(m, device=Q.device, dtype=Q.dtype)
+    jit = 1e-7 * (torch.diagonal(Q, dim1=-2, dim2=-1).abs().mean(-1)[..., None, None] + 1e-12)
+    L, _ = torch.linalg.cholesky_ex(Qp + jit * eye)
+    u = z @ M + xi @ L.transpose(-1, -2)  # [.., n_test, m]
+    return per_sample_loss(u, y, act, a, b, loss).mean(-1)
+
+
+def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=None, lam: float = 0.0,
+           loss="square", M0=None, Q0=None, Theta0=None, keep: Sequence[int] = (), n_test: int = 8192,
+           return_theta: bool = False, generator=None) -> dict:
+    """Full-batch GD on the first layer (brief §2.4), batched over trials, for every group (sample size) of ``prob``.
+
+    Θ^{t+1} = (1 − ηλ) Θ^t − η (1/n) Xᵀ F(XΘ^t; y). Each step reads X twice (XΘ and XᵀF) and records on the device,
+    without host synchronisation: M_t = Θ_*ᵀΘ^t [.., T+1, k, m], Q_t = Θ^tᵀΘ^t [.., T+1, m, m], the train risk
+    (1/n) Σ_i L(u_i^t; y_i) (without the ridge term) and the test risk on ``n_test`` fresh samples
+    (:func:`fresh_latents`) [.., T+1]. Leading dims are [trials] for a single n, else [groups, trials].
+
+    ``Theta0`` ([trials, d, m] or one per group) overrides the initialisation (e.g. a spectral init); otherwise
+    :func:`init_theta` with ``M0``/``Q0``. ``keep``: steps whose Θ is returned in ``out["theta"][t]``;
+    ``return_theta`` adds the final Θ as ``out["theta"][T]``.
+    """
+    if T < 0 or eta <= 0:
+        raise ValueError(f"need T >= 0 and eta > 0; got T={T}, eta={eta}")
+    keep = sorted(set(int(t) for t in keep) | ({T} if return_theta else set()))
+    if any(t < 0 or t > T for t in keep):
+        raise ValueError(f"keep steps must lie in [0, T={T}]; got {keep}")
+    X0 = prob.X[0]
+    dev, dt = X0.device, X0.dtype
+    gen = make_generator(generator, dev)
+    z_te, xi_te, y_te = fresh_latents(prob.k, m, n_test, prob.link, device=dev, dtype=dt, generator=gen)
+    shrink = 1.0 - eta * lam
+    outs = []
+    for gi, (X, y, Ts) in enumerate(zip(prob.X, prob.y, prob.Theta_star)):
+        B, n, d = X.shape
+        if Theta0 is None:
+            Th = init_theta(Ts, m, M0=M0, Q0=Q0, generator=gen)
+        else:
+            Th = Theta0[gi] if isinstance(Theta0, (list, tuple)) else Theta0
+            Th = Th.to(device=dev, dtype=dt).clone()
+        Ms = torch.empty(B, T + 1, prob.k, m, device=dev, dtype=dt)
+        Qs = torch.empty(B, T + 1, m, m, device=dev, dtype=dt)
+        tr = torch.empty(B, T + 1, device=dev, dtype=dt)
+        Tt = Ts.transpose(1, 2)
+        Xt = X.transpose(1, 2)
+        kept = {}
+        for t in range(T + 1):
+            Ms[:, t] = Tt @ Th
+            Qs[:, t] = Th.transpose(1, 2) @ Th
+            if t in keep:
+                kept[t] = Th.clone()
+            U = torch.bmm(X, Th)
+            F, L = per_sample_F_and_loss(U, y, act, a, b, loss)
+            tr[:, t] = L.mean(-1)
+            if t < T:
+                Th = torch.baddbmm(Th, Xt, F, beta=shrink, alpha=-eta / n)
+        te = torch.cat([risk_from_overlaps(Ms[:, s:s + 32], Qs[:, s:s + 32], z_te, xi_te, y_te, act, a, b, loss)
+                        for s in range(0, T + 1, 32)], dim=1)
+        outs.append({"M": Ms, "Q": Qs, "train": tr, "test": te, "theta": kept})
+    if prob.single:
+        return outs[0]
+    res = {key: torch.stack([o[key] for o in outs]) for key in ("M", "Q", "train", "test")}
+    res["theta"] = {t: [o["theta"][t] for o in outs] for t in keep}
+    return res
