@@ -1,0 +1,381 @@
+"""Tian's two-layer modular-addition network, trained as a batch of runs (brief §1, §3.1, §3.6).
+
+The setting (Tian's code as ported by Xu, brief §1): all M² ordered pairs (a, b) ↦ (a + b) mod M in a-major
+order, a seeded train/test split, input x = [e_a; e_b] ∈ ℝ^{2M} (concatenated one-hots), hidden layer
+F = σ(XWᵀ) with W ∈ ℝ^{K×2M} (torch ``Linear`` layout), output Ŷ = F Vᵀ with V ∈ ℝ^{M×K}, no biases, PyTorch's
+default ``nn.Linear`` init, Tian's class-centred MSE on targets e_y − 𝟙/M and full-batch Adam (lr 1e-3, default
+betas) with *coupled* weight decay η (``torch.optim.Adam(weight_decay=η)``).
+
+How it is computed. R runs (seeds × η, one activation per chunk) live in tensors with a leading run dimension.
+Because x is two one-hots, the pre-activation of pair (a, b) is W_{:,a} + W_{:,M+b}: the forward pass builds the
+whole M×M×K grid by one broadcast add into a preallocated buffer (train and test in one pass), applies σ in
+place and multiplies by Vᵀ (one batched GEMM). The backward pass touches only the n training pairs and scatters
+the pre-activation gradient back to the 2M columns of W with two ``index_add_`` (no dense one-hot product).
+Gradients and the Adam update are written by hand (tested against ``torch.optim.Adam`` + autograd).
+
+Logging follows Tian: the row for epoch t describes the state after t optimiser steps, evaluated *before* step
+t + 1. Everything is accumulated in device tensors and moved to the CPU once at the end (no host sync per epoch).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Sequence
+
+import torch
+
+from . import progress
+
+ACTIVATIONS = ("x2", "relu", "gelu", "silu")
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+
+# --- data ------------------------------------------------------------------------------------------------------
+def make_data(M: int, n_train: int, seed: int) -> dict[str, torch.Tensor]:
+    """All M² pairs (a, b) → (a + b) mod M, split into n_train training pairs and the rest for testing.
+
+    Pairs are listed a-major (pair index p = a·M + b). The split is Xu's (brief §1):
+    ``torch.randperm(M², generator=torch.Generator().manual_seed(seed))``, the first ``n_train`` indices train.
+    This generator is separate from the one that initialises the weights, as in Xu's script.
+
+    Returns
+    -------
+    dict of CPU LongTensors ``a_tr, b_tr, y_tr`` (length n_train) and ``a_te, b_te, y_te`` (M² − n_train).
+    """
+    if M < 2:
+        raise ValueError(f"modulus M must be >= 2, got {M}")
+    if not 1 <= n_train < M * M:
+        raise ValueError(f"n_train must be in [1, M² - 1] = [1, {M * M - 1}], got {n_train}")
+    a = torch.arange(M).repeat_interleave(M)
+    b = torch.arange(M).repeat(M)
+    y = (a + b) % M
+    perm = torch.randperm(M * M, generator=torch.Generator().manual_seed(int(seed)))
+    tr, te = perm[:n_train], perm[n_train:]
+    return {"a_tr": a[tr], "b_tr": b[tr], "y_tr": y[tr], "a_te": a[te], "b_te": b[te], "y_te": y[te]}
+
+
+def init_weights(M: int, K: int, seed: int, *, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """PyTorch's default ``nn.Linear`` init for W (K×2M) then V (M×K), bias-free, from one CPU generator.
+
+    ``kaiming_uniform_(a=√5)`` is U(±1/√fan_in) (brief §1: W ~ U(±1/√(2M)), V ~ U(±1/√K)). Drawing W first and V
+    second from ``torch.Generator().manual_seed(seed)`` reproduces, bit for bit, ``torch.manual_seed(seed)``
+    followed by ``nn.Linear(2M, K, bias=False)`` and ``nn.Linear(K, M, bias=False)`` (Xu's order). The draws
+    are float32 (torch's default dtype) and then cast, so a float64 run starts from the same point.
+    """
+    g = torch.Generator().manual_seed(int(seed))
+    bw, bv = 1.0 / math.sqrt(2 * M), 1.0 / math.sqrt(K)
+    W = torch.empty(K, 2 * M).uniform_(-bw, bw, generator=g)
+    V = torch.empty(M, K).uniform_(-bv, bv, generator=g)
+    return W.to(dtype), V.to(dtype)
+
+
+# --- activations -----------------------------------------------------------------------------------------------
+def act_fn(name: str, z: torch.Tensor, *, inplace: bool = False) -> torch.Tensor:
+    """σ(z) for σ ∈ {x², ReLU, GELU (exact, erf), SiLU}; ``inplace`` overwrites z where the op allows it."""
+    if name == "x2":
+        return z.square_() if inplace else z.square()
+    if name == "relu":
+        return z.relu_() if inplace else z.relu()
+    if name == "gelu":
+        return torch.nn.functional.gelu(z)
+    if name == "silu":
+        return torch.nn.functional.silu(z, inplace=inplace)
+    raise ValueError(f"unknown activation {name!r}; expected one of {ACTIVATIONS}")
+
+
+def act_grad(name: str, z: torch.Tensor) -> torch.Tensor:
+    """σ'(z): 2z, 1[z > 0], Φ(z) + zφ(z), s(z)(1 + z(1 − s(z))) with s the logistic function."""
+    if name == "x2":
+        return 2 * z
+    if name == "relu":
+        return (z > 0).to(z.dtype)
+    if name == "gelu":
+        cdf = 0.5 * (1 + torch.erf(z * (1 / math.sqrt(2))))
+        return cdf + z * torch.exp(-0.5 * z * z) * (1 / math.sqrt(2 * math.pi))
+    if name == "silu":
+        s = torch.sigmoid(z)
+        return s * (1 + z * (1 - s))
+    raise ValueError(f"unknown activation {name!r}; expected one of {ACTIVATIONS}")
+
+
+# --- loss ------------------------------------------------------------------------------------------------------
+def tian_loss(out: torch.Tensor, y: torch.Tensor, M: int) -> torch.Tensor:
+    """Tian's MSE (brief §1): mean over samples of ‖o_c‖² − 2(o_c)_y + (1 − 1/M), o_c = o − mean over classes.
+
+    Equal to mean_i ‖o_c,i − (e_{y_i} − 𝟙/M)‖². ``out`` is ``[..., n, M]``; returns ``[...]``.
+    """
+    oc = out - out.mean(-1, keepdim=True)
+    cross = oc.gather(-1, y.expand(*oc.shape[:-1]).unsqueeze(-1)).squeeze(-1)
+    return (oc.square().sum(-1) - 2 * cross + (1 - 1 / M)).mean(-1)
+
+
+# --- Gram diagnostics ------------------------------------------------------------------------------------------
+def gram_stats(F: torch.Tensor, G: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Gram diagnostics of the training activations F ``[R, n, K]`` given G = FᵀF ``[R, K, K]`` (brief §3.1, §3.6).
+
+    * ``ftf_ratio`` = mean|offdiag(F̃ᵀF̃)| / mean|diag(F̃ᵀF̃)|, F̃ = P₁^⊥F, using F̃ᵀF̃ = FᵀF − s sᵀ/n, s = Fᵀ𝟙.
+    * ``rho_code`` (Xu's ``fft_dist_from_ideal`` = Tian's ``fit_diag_11`` on the raw kernel A = FFᵀ):
+      ‖A − (d̄ − ō)I − ō𝟙𝟙ᵀ‖_F / ‖A‖_F with d̄, ō the mean diagonal and off-diagonal entries of A.
+    * ``rho_paper`` (Xu's eq. rho-tian): the same fit applied to P₁^⊥A, divided by ‖A‖_F.
+
+    The n×n kernel is never formed: ‖A‖_F = ‖FᵀF‖_F, tr A = ‖F‖², 𝟙ᵀA𝟙 = ‖s‖², ‖P₁^⊥A‖² = ‖A‖² − ‖Fs‖²/n,
+    tr P₁^⊥A = tr A − ‖s‖²/n and 𝟙ᵀP₁^⊥A𝟙 = 0; with ⟨I, 𝟙𝟙ᵀ⟩ = n and ‖𝟙𝟙ᵀ‖² = n² the squared residual of
+    a fit cI + o𝟙𝟙ᵀ to a matrix X is ‖X‖² − 2c trX − 2o 𝟙ᵀX𝟙 + c²n + 2co n + o²n². Scalars are combined in float64.
+    """
+    n, K = F.shape[-2], F.shape[-1]
+    s = F.sum(-2)  # [R, K]
+    diag = torch.diagonal(G, dim1=-2, dim2=-1)
+    s64 = s.double()
+    trA = diag.double().sum(-1)
+    S = s64.square().sum(-1)
+    A2 = G.double().square().sum((-2, -1)) if G.dtype != torch.float64 else G.square().sum((-2, -1))
+    Fs2 = torch.bmm(F, s.unsqueeze(-1)).squeeze(-1).double().square().sum(-1)
+    # centred Gram F̃ᵀF̃ (in place on G's copy would destroy G; G is a scratch buffer owned by the caller)
+    Gt = G.sub_(s.unsqueeze(-1) * s.unsqueeze(-2) / n)
+    dt = torch.diagonal(Gt, dim1=-2, dim2=-1).abs()
+    abs_all = Gt.abs().sum((-2, -1)).double()
+    abs_diag = dt.double().sum(-1)
+    ftf = (abs_all - abs_diag) / (K * (K - 1)) / (abs_diag / K)
+
+    def fit_resid(X2, trX, sumX):
+        d = trX / n
+        o = (sumX - trX) / (n * (n - 1))
+        c = d - o
+        r2 = X2 - 2 * c * trX - 2 * o * sumX + c * c * n + 2 * c * o * n + o * o * n * n
+        return r2.clamp(min=0).sqrt()
+
+    normA = A2.sqrt()
+    rho_code = fit_resid(A2, trA, S) / normA
+    rho_paper = fit_resid(A2 - Fs2 / n, trA - S / n, torch.zeros_like(S)) / normA
+    return {"ftf_ratio": ftf, "rho_code": rho_code, "rho_paper": rho_paper}
+
+
+def gram_schedule(epochs: int, gram_every: int, gram_dense: int) -> list[int]:
+    """Epochs at which the Gram diagnostics are computed: every epoch 0…gram_dense, then every ``gram_every``
+    epochs, and always the last epoch."""
+    if gram_every < 1 or gram_dense < 0:
+        raise ValueError(f"need gram_every >= 1 and gram_dense >= 0, got {gram_every}, {gram_dense}")
+    ep = set(range(0, min(gram_dense, epochs) + 1)) | set(range(0, epochs + 1, gram_every)) | {epochs}
+    return sorted(ep)
+
+
+# --- training --------------------------------------------------------------------------------------------------
+def _per_run(x, R: int, name: str) -> list:
+    if isinstance(x, (str, int, float)):
+        return [x] * R
+    x = list(x)
+    if len(x) != R:
+        raise ValueError(f"{name} has {len(x)} entries but there are {R} runs (len(seeds))")
+    return x
+
+
+def auto_chunk(M: int, K: int, n: int, band: int, device: torch.device, budget_bytes: float | None = None) -> int:
+    """Runs per batched chunk so that the working set stays under a memory budget (1 GiB on CPU, 24 GiB on GPU).
+
+    Per run (float32): the M²·K activation grid, ≈4 n·K training buffers, the K×K Gram, 3·(2MK + MK) parameter
+    and Adam tensors (plus copies) and the band's B·2MK ring of past updates.
+    """
+    if budget_bytes is None:
+        budget_bytes = 24 * 2**30 if device.type == "cuda" else 2**30
+    per_run = 4 * (M * M * K + M * M * M + 4 * n * K + K * K + 8 * 3 * M * K + band * 2 * M * K)
+    return max(1, int(budget_bytes // per_run))
+
+
+def train(M: int, K: int, n_train: int, act, etas: Sequence[float], seeds: Sequence[int], epochs: int, *,
+          lr: float = 1e-3, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+          gram_every: int = 5, gram_dense: int = 60, band: int = 0, keep_F_epochs: Sequence[int] = (),
+          progress: bool = True, chunk: int | None = None) -> dict[str, torch.Tensor]:
+    """Train R = len(seeds) runs of Tian's network with full-batch Adam + coupled weight decay (brief §1).
+
+    Run r uses seed ``seeds[r]`` (split of :func:`make_data` and init of :func:`init_weights`), weight decay
+    ``etas[r]`` and activation ``act`` (one name, or a list with one per run). Runs are trained in chunks of at
+    most ``chunk`` runs (default :func:`auto_chunk`; runs of one chunk share an activation), each chunk one
+    batched computation with a leading run dimension.
+
+    Parameters
+    ----------
+    gram_every, gram_dense : int
+        Gram diagnostics at :func:`gram_schedule` epochs (every epoch up to ``gram_dense``, then every
+        ``gram_every``, and the last).
+    band : int
+        When B > 0, also return ``dW_band`` ``[R, epochs+1, B]`` with ``dW_band[r, t, k] = <ΔW_t, ΔW_{t-k}>``
+        (ΔW_t = W after step t − W before it, flattened; NaN where t − k < 1, so row 0 is NaN) and ``dV_band``.
+    keep_F_epochs : sequence of int
+        Epochs whose first-layer weights are returned as ``W_at`` ``[len, R, K, 2M]`` (and ``V_at``
+        ``[len, R, M, K]``), in the given order, so Theorem-6 analysis needs no replay.
+
+    Returns
+    -------
+    dict of CPU tensors. ``[R, epochs+1]``: ``train_acc, test_acc, train_loss, test_loss`` (state after t steps,
+    before step t+1), ``update_cos`` = 1 − cos(ΔW_t, ΔW_{t−1}) and ``update_cos_V`` (NaN for t < 2),
+    ``gf_norm_all`` = ‖G_F‖_F with G_F = P₁^⊥(Y − FVᵀ)V (brief §2.1, Xu's sample-centred version).
+    ``[R, len(gram_epochs)]``: ``gf_norm, ftf_ratio, rho_code, rho_paper`` (:func:`gram_stats`).
+    Also ``gram_epochs`` (LongTensor), ``etas``, ``seeds``, ``wall_s``.
+    """
+    device = torch.device(device)
+    R = len(seeds)
+    if R == 0:
+        raise ValueError("need at least one run (seeds is empty)")
+    etas = [float(e) for e in _per_run(etas, R, "etas")]
+    acts = _per_run(act, R, "act")
+    for a_ in acts:
+        if a_ not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {a_!r}; expected one of {ACTIVATIONS}")
+    if min(etas) < 0:
+        raise ValueError(f"weight decays must be >= 0, got {etas}")
+    if epochs < 1 or K < 1 or band < 0:
+        raise ValueError(f"need epochs >= 1, K >= 1, band >= 0; got {epochs}, {K}, {band}")
+    keep = [int(e) for e in keep_F_epochs]
+    if any(not 0 <= e <= epochs for e in keep):
+        raise ValueError(f"keep_F_epochs must lie in [0, {epochs}], got {keep}")
+    if chunk is None:
+        chunk = auto_chunk(M, K, n_train, band, device)
+    # group runs by activation, then cut into chunks; results are put back in the caller's order
+    groups: list[list[int]] = []
+    for name in dict.fromkeys(acts):
+        idx = [r for r in range(R) if acts[r] == name]
+        groups += [idx[i:i + chunk] for i in range(0, len(idx), chunk)]
+    t0 = time.perf_counter()
+    parts = [(idx, _train_chunk(M, K, n_train, acts[idx[0]], [etas[r] for r in idx], [int(seeds[r]) for r in idx],
+                                epochs, lr=lr, device=device, dtype=dtype, gram_every=gram_every,
+                                gram_dense=gram_dense, band=band, keep=keep, show=progress))
+             for idx in groups]
+    out: dict[str, torch.Tensor] = {}
+    order = torch.tensor([r for idx, _ in parts for r in idx]).argsort()
+    for key in parts[0][1]:
+        if key == "gram_epochs":
+            out[key] = parts[0][1][key]
+            continue
+        dim = 1 if key in ("W_at", "V_at") else 0
+        out[key] = torch.cat([p[key] for _, p in parts], dim=dim).index_select(dim, order)
+    out["etas"] = torch.tensor(etas, dtype=torch.float64)
+    out["seeds"] = torch.tensor([int(s) for s in seeds])
+    out["wall_s"] = torch.tensor(time.perf_counter() - t0)
+    return out
+
+
+def _train_chunk(M, K, n, act, etas, seeds, epochs, *, lr, device, dtype, gram_every, gram_dense, band, keep,
+                 show) -> dict[str, torch.Tensor]:
+    R, M2, P = len(seeds), M * M, 2 * M * K
+    kw = {"device": device, "dtype": dtype}
+    data = [make_data(M, n, s) for s in seeds]
+    a_tr = torch.stack([d["a_tr"] for d in data]).to(device)  # [R, n]
+    b_tr = torch.stack([d["b_tr"] for d in data]).to(device)
+    y_tr = torch.stack([d["y_tr"] for d in data]).to(device)
+    p_tr = a_tr * M + b_tr  # pair index into the grid
+    y_all = ((torch.arange(M, device=device)[:, None] + torch.arange(M, device=device)[None, :]) % M).reshape(-1)
+    is_tr = torch.zeros(R, M2, **kw).scatter_(1, p_tr, 1.0)
+    w_tr, w_te = is_tr / n, (1 - is_tr) / (M2 - n)
+    Yzm = torch.nn.functional.one_hot(y_tr, M).to(dtype) - 1.0 / M  # [R, n, M]
+    init = [init_weights(M, K, s, dtype=dtype) for s in seeds]
+    # W stored transposed, Wt[r, i, k] = W[r, k, i]: column i of W is a contiguous row (gather-friendly)
+    Wt = torch.stack([w.t() for w, _ in init]).contiguous().to(device)  # [R, 2M, K]
+    V = torch.stack([v for _, v in init]).to(device)  # [R, M, K]
+    eta = torch.tensor(etas, **kw).view(R, 1, 1)
+    mW, vW, mV, vV = (torch.zeros_like(Wt), torch.zeros_like(Wt), torch.zeros_like(V), torch.zeros_like(V))
+    b1, b2 = ADAM_BETAS
+    rows = torch.arange(R, device=device)[:, None]
+
+    gram_ep = gram_schedule(epochs, gram_every, gram_dense)
+    gslot = {e: i for i, e in enumerate(gram_ep)}
+    T = epochs + 1
+    nan = float("nan")
+    log = {k: torch.full((R, T), nan, device=device, dtype=torch.float64)
+           for k in ("train_acc", "test_acc", "train_loss", "test_loss", "update_cos", "update_cos_V", "gf_norm_all")}
+    glog = {k: torch.full((R, len(gram_ep)), nan, device=device, dtype=torch.float64)
+            for k in ("gf_norm", "ftf_ratio", "rho_code", "rho_paper")}
+    if band:
+        dW_band = torch.full((R, T, band), nan, device=device, dtype=torch.float64)
+        dV_band = torch.full((R, T, band), nan, device=device, dtype=torch.float64)
+        ringW = torch.zeros(R, band, P, **kw)
+        ringV = torch.zeros(R, band, M * K, **kw)
+        lags = torch.arange(band, device=device)
+    keep_slot = {}
+    for i, e in enumerate(keep):
+        keep_slot.setdefault(e, []).append(i)
+    W_at = torch.empty(len(keep), R, K, 2 * M, **kw)
+    V_at = torch.empty(len(keep), R, M, K, **kw)
+
+    grid = torch.empty(R, M, M, K, **kw)  # pre-activations, then activations, of all M² pairs
+    H = grid.view(R, M2, K)
+    O = torch.empty(R, M2, M, **kw)
+    G = torch.empty(R, K, K, **kw) if gram_ep else None
+    prevW = prevV = None
+
+    for t in progress.bar(range(T), desc=f"modadd {act} x{R}") if show else range(T):
+        # ---- forward on all M² pairs (state after t steps) ----
+        torch.add(Wt[:, :M, None, :], Wt[:, None, M:, :], out=grid)
+        act_fn(act, grid, inplace=True) if act != "gelu" else grid.copy_(act_fn(act, grid))
+        torch.bmm(H, V.transpose(1, 2), out=O)
+        oc = O - O.mean(-1, keepdim=True)
+        per_pair = oc.square().sum(-1) - 2 * oc.gather(-1, y_all.view(1, M2, 1).expand(R, M2, 1)).squeeze(-1) + (1 - 1 / M)
+        correct = (O.argmax(-1) == y_all).to(dtype)
+        log["train_loss"][:, t] = (per_pair * w_tr).sum(-1)
+        log["test_loss"][:, t] = (per_pair * w_te).sum(-1)
+        log["train_acc"][:, t] = (correct * w_tr).sum(-1)
+        log["test_acc"][:, t] = (correct * w_te).sum(-1)
+        O_tr = O[rows, p_tr]  # [R, n, M]
+        # G_F = P₁^⊥(Y − Ŷ) V : ‖G_F‖² = tr(RᵀR · V Vᵀ), never forming the n×K matrix
+        res = Yzm - O_tr
+        res = res - res.mean(1, keepdim=True)
+        gf = ((res.transpose(1, 2) @ res) * (V @ V.transpose(1, 2))).sum((-2, -1)).clamp(min=0).sqrt()
+        log["gf_norm_all"][:, t] = gf
+        if t in keep_slot:
+            for i in keep_slot[t]:
+                W_at[i] = Wt.transpose(1, 2)
+                V_at[i] = V
+        Z_tr = Wt.gather(1, a_tr[..., None].expand(R, n, K)) + Wt.gather(1, (M + b_tr)[..., None].expand(R, n, K))
+        F_tr = H[rows, p_tr]  # [R, n, K] training activations
+        if t in gslot:
+            j = gslot[t]
+            torch.bmm(F_tr.transpose(1, 2), F_tr, out=G)
+            st = gram_stats(F_tr, G)
+            glog["gf_norm"][:, j] = gf
+            for k_, v_ in st.items():
+                glog[k_][:, j] = v_
+        if t == epochs:
+            break
+        # ---- backward on the n training pairs: dL/dO = 2(o_c − (e_y − 𝟙/M)) / n ----
+        dO = (2.0 / n) * (O_tr - O_tr.mean(-1, keepdim=True) - Yzm)
+        gV = torch.bmm(dO.transpose(1, 2), F_tr)  # [R, M, K]
+        dZ = torch.bmm(dO, V).mul_(act_grad(act, Z_tr))  # [R, n, K]
+        gW = torch.zeros_like(Wt)
+        gW.scatter_add_(1, a_tr[..., None].expand(R, n, K), dZ)
+        gW.scatter_add_(1, (M + b_tr)[..., None].expand(R, n, K), dZ)
+        # ---- Adam with coupled weight decay (torch.optim.Adam, weight_decay=η), step number t+1 ----
+        step = t + 1
+        bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
+        oldW, oldV = Wt.clone(), V.clone()
+        for p_, g_, m_, v_ in ((Wt, gW, mW, vW), (V, gV, mV, vV)):
+            g_.add_(p_ * eta)
+            m_.lerp_(g_, 1 - b1)
+            v_.mul_(b2).addcmul_(g_, g_, value=1 - b2)
+            denom = (v_.sqrt() / math.sqrt(bc2)).add_(ADAM_EPS)
+            p_.addcdiv_(m_, denom, value=-lr / bc1)
+        dW = (Wt - oldW).view(R, P)
+        dV = (V - oldV).view(R, M * K)
+        if prevW is not None:
+            log["update_cos"][:, step] = 1 - torch.nn.functional.cosine_similarity(dW, prevW, dim=1, eps=1e-30).double()
+            log["update_cos_V"][:, step] = 1 - torch.nn.functional.cosine_similarity(dV, prevV, dim=1, eps=1e-30).double()
+        prevW, prevV = dW, dV
+        if band:
+            slot = step % band
+            ringW[:, slot] = dW
+            ringV[:, slot] = dV
+            src = (step - lags) % band
+            ok = (step - lags) >= 1
+            dots_W = torch.bmm(ringW, dW.unsqueeze(-1)).squeeze(-1).double()[:, src]
+            dots_V = torch.bmm(ringV, dV.unsqueeze(-1)).squeeze(-1).double()[:, src]
+            dW_band[:, step] = torch.where(ok, dots_W, nan)
+            dV_band[:, step] = torch.where(ok, dots_V, nan)
+
+    out = {k: v.cpu() for k, v in log.items()}
+    out.update({k: v.cpu() for k, v in glog.items()})
+    out["gram_epochs"] = torch.tensor(gram_ep, dtype=torch.long)
+    if band:
+        out["dW_band"], out["dV_band"] = dW_band.cpu(), dV_band.cpu()
+    if keep:
+        out["W_at"], out["V_at"] = W_at.cpu(), V_at.cpu()
+    return out
