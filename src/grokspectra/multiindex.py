@@ -169,6 +169,15 @@ def per_sample_F_and_loss(u, y, act="gelu", a=None, b=None, loss="square"):
     return l1(r)[..., None] * (a * s1(pre) / m), l0(r)
 
 
+def per_sample_FLD(u, y, act="gelu", a=None, b=None, loss="square"):
+    """(F, L, D) in one pass (the DMFT inner loop); see :func:`per_sample_F`, :func:`per_sample_D`."""
+    pre, a, m, r, (l0, l1, l2), (s1, s2) = _parts(u, y, act, a, b, loss)
+    g = a * s1(pre) / m
+    lr = l1(r)
+    D = l2(r)[..., None, None] * g[..., :, None] * g[..., None, :] + torch.diag_embed(lr[..., None] * (a * s2(pre) / m))
+    return lr[..., None] * g, l0(r), D
+
+
 def per_sample_D(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
     """D(u; y) = ∇²_u L = ℓ''(f − y) g gᵀ + ℓ'(f − y) diag(a_j σ''(u_j + b_j)/m) (brief §2.3). Returns [..., m, m]."""
     pre, a, m, r, (_, l1, l2), (s1, s2) = _parts(u, y, act, a, b, loss)

@@ -1,0 +1,114 @@
+"""Tests of the discrete-time DMFT (brief §3): agreement with finite-d GD within combined standard errors, the memory
+terms matter, antithetic sampling keeps hard overlaps exactly zero, and the parameter-side kernels have their exact
+closed-form entries."""
+
+import math
+
+import pytest
+import torch
+
+from grokspectra import dmft
+from grokspectra import multiindex as mi
+
+F64 = torch.float64
+SET = dict(act="gelu", link="pr_clip", delta=3.0, eta=2.0, m=2, M0=[[0.5, 0.3]])  # R1 set-up, bounded labels
+
+
+def _observables(M, Q, train):
+    """M_T (2 entries), diag Q_T (2 entries), train risk at T: [.., 5]."""
+    return torch.cat([M[..., -1, 0, :], torch.diagonal(Q[..., -1, :, :], dim1=-2, dim2=-1), train[..., -1:]], -1)
+
+
+@pytest.fixture(scope="module")
+def dmft_reps():
+    """Four independent DMFT replicas (N = 2·10⁴ paths each) with memory, T = 4, and one without memory."""
+    T = 4
+    reps = [dmft.run_dmft(SET["act"], SET["link"], SET["delta"], SET["eta"], T, 20000, SET["m"], M0=SET["M0"],
+                          generator=100 + i) for i in range(4)]
+    obs = torch.stack([_observables(r["M"], r["Q"], r["train"]) for r in reps])
+    off = dmft.run_dmft(SET["act"], SET["link"], SET["delta"], SET["eta"], T, 40000, SET["m"], M0=SET["M0"],
+                        memory=False, generator=7)
+    return T, obs, _observables(off["M"], off["Q"], off["train"]), reps[0]
+
+
+@pytest.fixture(scope="module")
+def gd_runs(dmft_reps):
+    T = dmft_reps[0]
+    d, trials = 2000, 12
+    prob = mi.sample_problem(d, int(SET["delta"] * d), 1, SET["link"], trials=trials, dtype=torch.float32, generator=1)
+    out = mi.run_gd(prob, SET["m"], SET["eta"], T, act=SET["act"], M0=SET["M0"], generator=2)
+    return _observables(out["M"], out["Q"], out["train"]).double()
+
+
+def test_dmft_matches_gd_within_standard_errors(dmft_reps, gd_runs):
+    """GD at d = 2000 (12 trials) vs the DMFT (4 × 2·10⁴ paths) at T = 4 for M_T, diag Q_T and the train risk.
+    Both are unbiased up to O(1/d) and O(1/N); their difference must stay within 5 combined standard errors (trial
+    and replica spreads estimated from the data; 5 rather than 3 because the SEs have 11 and 3 degrees of freedom)."""
+    T, obs, _, _ = dmft_reps
+    se_gd = gd_runs.std(0) / math.sqrt(gd_runs.shape[0])
+    se_dm = obs.std(0) / math.sqrt(obs.shape[0])
+    gap = (gd_runs.mean(0) - obs.mean(0)).abs()
+    tol = 5 * torch.sqrt(se_gd ** 2 + se_dm ** 2)
+    assert (gap < tol).all(), f"gap {gap.tolist()} vs tolerance {tol.tolist()}"
+    assert (se_gd < 0.05).all()  # sharp enough to resolve the memory terms (next test)
+
+
+def test_memory_terms_matter(dmft_reps, gd_runs):
+    """Without the Onsager terms the DMFT misses GD by many standard errors (brief §12.1)."""
+    _, _, off, _ = dmft_reps
+    se_gd = gd_runs.std(0) / math.sqrt(gd_runs.shape[0])
+    z = (off - gd_runs.mean(0)).abs() / se_gd
+    assert z[2:4].min() > 10, f"diag Q_T without memory is only {z[2:4].tolist()} SEs from GD"
+    assert z[4] > 10
+
+
+def test_kernel_structure(dmft_reps):
+    """R_θ(t+1, t) = −(η/δ) I exactly; R_θ(t, s) = 0 for s ≥ t; C_F symmetric; R_F(t,t) = δ E D(u^t; y)."""
+    T, _, _, r = dmft_reps
+    m, eta, delta = SET["m"], SET["eta"], SET["delta"]
+    B = r["R_theta"]
+    for t in range(T):
+        assert torch.allclose(B[t + 1, t], -(eta / delta) * torch.eye(m, dtype=F64), atol=1e-15)
+        assert B[t, t:].abs().max() == 0
+    CF = r["C_F"]
+    assert torch.allclose(CF, CF.permute(1, 0, 3, 2), atol=1e-15)
+    assert torch.allclose(r["Q"][0], torch.tensor([[1.25, 0.15], [0.15, 1.09]], dtype=F64), atol=1e-12)
+
+
+def test_first_step_closed_form():
+    """At t = 1: Q_⊥(1,1) = A_1 A_1ᵀ + (η²/δ) C_F(0,0) with A_1 = I − η E[D(u⁰)], u⁰ = zM_0 + ξ (brief §3.2), and
+    u¹ = zM_1 + w¹ − (η/δ) F(u⁰). Recomputed here from the returned sample-side law."""
+    eta, delta, m = 1.0, 2.0, 2
+    r = dmft.run_dmft("tanh", "pr_tanh", delta, eta, 1, 20000, m, M0=[[0.4, -0.2]], keep=(0, 1), generator=3)
+    z, y, u0, u1 = r["z"], r["y"], r["u"][0], r["u"][1]
+    F0, _, D0 = mi.per_sample_FLD(u0, y, "tanh")
+    A1 = torch.eye(m, dtype=F64) - eta * D0.mean(0)
+    C0 = (F0[:, :, None] * F0[:, None, :]).mean(0)
+    assert torch.allclose(r["Qperp"][1], A1 @ A1.T + eta ** 2 / delta * C0, atol=1e-12)
+    assert torch.allclose(r["M"][1], r["M"][0] - eta * (z[:, :, None] * F0[:, None, :]).mean(0), atol=1e-12)
+    w1 = u1 - z @ r["M"][1] + (eta / delta) * F0
+    # w¹ is the Gaussian part: its empirical covariance matches Q_⊥(1,1) to sampling error (entries sd ≲ 2/√N)
+    cov = w1.T @ w1 / w1.shape[0]
+    assert (cov - r["Qperp"][1]).abs().max() < 6 * 2 / math.sqrt(10000)
+
+
+def test_antithetic_keeps_hard_overlap_exactly_zero():
+    """Phase retrieval from random init: antithetic paths give M_t ≡ 0 to the last bit; plain sampling does not (R5).
+    Staircase y = z₁ + z₂²: the easy row is learned, the hard row stays exactly 0."""
+    kw = dict(act="gelu", delta=3.0, eta=2.0, T=8, N=8000, m=2)
+    anti = dmft.run_dmft(link="pr", generator=0, **kw)
+    plain = dmft.run_dmft(link="pr", antithetic=False, generator=0, **kw)
+    assert anti["M"].abs().max() == 0
+    assert plain["M"][1:].abs().max() > 1e-4
+    st = dmft.run_dmft(link="staircase", generator=0, **kw)
+    assert st["M"][:, 1].abs().max() == 0
+    assert st["M"][-1, 0].abs().min() > 0.3
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="even number"):
+        dmft.run_dmft("gelu", "pr", 3.0, 2.0, 2, 101, 2)
+    with pytest.raises(ValueError, match="M0 must have shape"):
+        dmft.run_dmft("gelu", "pr", 3.0, 2.0, 2, 100, 2, M0=[[0.1, 0.2, 0.3]])
+    with pytest.raises(ValueError, match="keep steps"):
+        dmft.run_dmft("gelu", "pr", 3.0, 2.0, 2, 100, 2, keep=(5,))
