@@ -100,6 +100,14 @@ def act_grad(name: str, z: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown activation {name!r}; expected one of {ACTIVATIONS}")
 
 
+def hidden(W: torch.Tensor, a: torch.Tensor, b: torch.Tensor, act: str) -> torch.Tensor:
+    """Hidden activations F = σ(XWᵀ) ``[..., n, K]`` of pairs (a, b) for first-layer weights W ``[..., K, 2M]``:
+    row i is σ(W_{:,a_i} + W_{:,M+b_i}) (two column gathers, no one-hot product)."""
+    M = W.shape[-1] // 2
+    Wt = W.transpose(-1, -2)
+    return act_fn(act, Wt[..., a.to(W.device), :] + Wt[..., M + b.to(W.device), :], inplace=True)
+
+
 # --- loss ------------------------------------------------------------------------------------------------------
 def tian_loss(out: torch.Tensor, y: torch.Tensor, M: int) -> torch.Tensor:
     """Tian's MSE (brief §1): mean over samples of ‖o_c‖² − 2(o_c)_y + (1 − 1/M), o_c = o − mean over classes.
