@@ -178,3 +178,94 @@ def test_divergence_fit_recovers_threshold():
 def test_binomial_consistency():
     assert tr.binomial_consistent(3, 4, 3, 4)[0]
     assert not tr.binomial_consistent(0, 20, 20, 20)[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# chapter 4 / 5 helpers
+
+import torch  # noqa: E402
+
+from grokspectra import multiindex as mi  # noqa: E402
+from grokspectra import spectral as sp  # noqa: E402
+from grokspectra.experiments import ch4, ch5  # noqa: E402
+from grokspectra.params import ParamError  # noqa: E402
+
+
+def test_delta_alg_closed_forms_and_monte_carlo():
+    assert ch4.delta_alg("pr") == 0.5
+    assert abs(ch4.delta_alg("pr_clip", 60.0) - 0.5) < 1e-9  # the clip is never hit in practice
+    # Monte Carlo of 1/δ_alg = E[(E[z²|y] − 1)²] for y = min(z², 6): E[z²|y] = y below the clip, and the
+    # empirical mean of z² over the clipped samples on the atom
+    rng = np.random.default_rng(5)
+    z2 = rng.standard_normal(4_000_000) ** 2
+    c = 6.0
+    atom = z2 >= c
+    cond = np.where(atom, z2[atom].mean(), z2)
+    vals = (cond - 1) ** 2
+    inv_mc, se = vals.mean(), vals.std() / math.sqrt(vals.size)
+    assert abs(1 / ch4.delta_alg("pr_clip", c) - inv_mc) < 4 * se + 1e-3
+    with pytest.raises(ValueError):
+        ch4.delta_alg("staircase")
+
+
+def test_parse_student():
+    assert ch4.parse_student("gelu:2:2.0") == ("gelu", 2, 2.0)
+    for bad in ("gelu:2", "swish:1:0.1", "quad:0:0.1", "quad:1:-1"):
+        with pytest.raises(ParamError):
+            ch4.parse_student(bad)
+
+
+def test_hard_cos_closed_form():
+    d, m = 30, 3
+    g = torch.Generator().manual_seed(0)
+    ts = torch.linalg.qr(torch.randn(d, 1, generator=g, dtype=torch.float64))[0]
+    Th = torch.randn(d, m, generator=g, dtype=torch.float64)
+    c = ch4.hard_cos(ts.T @ Th, Th.T @ Th)
+    ref = max(abs(float(ts[:, 0] @ Th[:, j])) / float(Th[:, j].norm()) for j in range(m))
+    assert abs(float(c) - ref) < 1e-12
+
+
+def test_dense_spectral_estimator_matches_power_iteration():
+    # same generator state → same data; a clear spectral gap at δ = 6 makes 300 power iterations converge
+    d, n, trials = 60, 360, 3
+    lk = mi.link("pr_clip", c=6.0)
+    Ts = mi.random_orthonormal(trials, d, 1, device="cpu", dtype=torch.float64,
+                               generator=torch.Generator().manual_seed(1))
+    pre = lambda y: sp.mondelli_montanari_T(y, n / d)  # noqa: E731
+    v1 = ch4.spectral_dense(Ts, lk, n, pre, generator=torch.Generator().manual_seed(7))
+    v2 = mi.spectral_direction(Ts, lk, n, pre, iters=3000, generator=torch.Generator().manual_seed(7))
+    assert torch.all((v1 * v2).sum(-1).abs() > 0.999)
+
+
+def test_linearised_crossing():
+    assert ch4.linearised_crossing([3, 4, 5, 6], [-0.01, 0.0, 0.01, 0.02], 0.005) == pytest.approx(4.5)
+    assert math.isnan(ch4.linearised_crossing([3, 4], [0.0, 0.001], 0.005))
+    assert ch4.linearised_crossing([3, 4], [0.01, 0.02], 0.005) == -math.inf
+
+
+def test_snapshot_spectrum_matches_autograd_hessian():
+    # λ_min, the eigenvector's weight on θ_* and Θ's component along it, against torch.autograd on the empirical risk
+    d, n, trials = 10, 40, 2
+    prob = mi.sample_problem(d, n, 1, mi.link("pr_clip", c=6.0), trials=trials, dtype=torch.float64, generator=3)
+    Th = torch.randn(trials, d, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(4)) / math.sqrt(d)
+    snap = ch5.snapshot_spectrum(Th, prob.X[0], prob.y[0], prob.Theta_star[0], "quad")
+    for r in range(trials):
+        X, y = prob.X[0][r], prob.y[0][r]
+
+        def risk(th):
+            return mi.per_sample_loss((X @ th)[:, None], y, "quad").mean()
+
+        H = torch.autograd.functional.hessian(risk, Th[r, :, 0])
+        w, V = torch.linalg.eigh(H)
+        v = V[:, 0]
+        assert abs(snap["lam"][r] - float(w[0])) < 1e-10
+        assert abs(snap["lam2"][r] - float(w[1])) < 1e-10
+        assert abs(snap["ov"][r] - float((prob.Theta_star[0][r, :, 0] @ v) ** 2)) < 1e-8
+        assert abs(snap["mv"][r] - abs(float(v @ Th[r, :, 0])) / float(Th[r].norm())) < 1e-8
+
+
+def test_predicted_escape_formula():
+    # m0 = sqrt(ov)·mv; t0 + log(τ/m0)/log(1 + η|λ|), infinite for λ ≥ 0
+    t = ch5.predicted_escape(40.0, np.array([-0.5, 0.2]), np.array([0.04, 0.04]), np.array([0.05, 0.05]), 0.1, 0.5)
+    assert t[0] == pytest.approx(40 + math.log(0.5 / (0.2 * 0.05)) / math.log(1.05))
+    assert np.isinf(t[1])

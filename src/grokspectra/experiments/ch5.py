@@ -1,0 +1,145 @@
+"""Chapter 5 experiments: grokking as a Hessian phase transition.
+
+Slightly above δ_NN, GD from random init first fits what it can of the training set in O(1) steps (train risk
+low, test risk high), sits on a plateau while the hard overlap grows along a negative Hessian outlier, and escapes
+after ≈ log d / (2η|λ_out|) steps (brief ``mw_theory.md`` §9). Along the same batched GD trajectories
+(``multiindex.run_gd``) we record train/test risk and overlaps at every step, and at snapshot times the lowest
+Hessian eigenpair (``hessian.lowest_eigpairs``, dense, float64) with its eigenvector's weight on θ_*
+(``hessian.overlap_with``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .. import hessian as hs
+from .. import multiindex as mi
+from .. import transitions as tr
+from ..device import get_dtype
+from ..params import Param, Schema
+from . import experiment
+from .ch4 import hard_cos, parse_student
+
+SECTION = "ch5_grokking"
+
+SCHEMA = Schema(
+    Param("profile", str, help="parameter profile (ci, paper or a YAML path)"),
+    Param("device", str, choices=("auto", "cpu", "cuda"), help="where to compute"),
+    Param("student", str, help="network 'activation:m:eta', e.g. 'quad:1:0.1'"),
+    Param("link", str, choices=("pr", "pr_clip", "pr_tanh"), help="target y = z², min(z², clip) or tanh(z²)"),
+    Param("clip", float, lo=1.0, hi=100.0, help="label clip c of the pr_clip link"),
+    Param("grok_delta", float, lo=0.25, hi=64.0, help="δ slightly above δ_NN (grokking curves)"),
+    Param("below_delta", float, lo=0.25, hi=64.0, help="δ below δ_NN (control)"),
+    Param("d_list", list, of=int, lo=16, hi=20000, help="input dimensions of the grokking curves"),
+    Param("seeds", int, lo=2, hi=4096, help="runs per (d, δ)"),
+    Param("T", int, lo=10, hi=100000, help="GD steps of the grokking curves"),
+    Param("hess_every", int, lo=1, hi=10000, help="steps between Hessian snapshots"),
+    Param("hess_T", int, lo=1, hi=100000, help="last step with a Hessian snapshot"),
+    Param("hess_dmax", int, lo=16, hi=20000, help="largest d with Hessian snapshots (dense eigensolver)"),
+    Param("t0", int, lo=1, hi=100000, help="plateau time at which the escape time is predicted"),
+    Param("tgrok_d", int, lo=16, hi=20000, help="d of the time-to-grok scan"),
+    Param("tgrok_deltas", list, of=float, lo=0.25, hi=64.0, help="δ values of the time-to-grok scan"),
+    Param("tgrok_seeds", int, lo=2, hi=4096, help="runs per δ of the time-to-grok scan"),
+    Param("tgrok_T", int, lo=10, hi=100000, help="GD steps of the time-to-grok scan"),
+    Param("threshold", float, lo=0.05, hi=0.99, help="grokked: max_j |cos(θ_j, θ_*)| reaches this"),
+    Param("n_test", int, lo=256, hi=1000000, help="fresh samples for the test risk"),
+    Param("seed", int, lo=0, hi=2**31 - 1, help="base random seed"),
+    Param("dtype", str, choices=("float32", "float64"), help="GD precision"),
+)
+
+MODULES = ["grokspectra.multiindex", "grokspectra.hessian", "grokspectra.transitions", "grokspectra.experiments.ch4"]
+
+
+def _link(p):
+    return mi.link(p["link"], c=p["clip"] if p["link"] == "pr_clip" else None)
+
+
+def snapshot_spectrum(theta: torch.Tensor, X, y, Ts, act: str, k: int = 2) -> dict:
+    """Lowest ``k`` Hessian eigenpairs at Θ (batched over trials, dense, float64; brief §5.1) and, for the lowest,
+    its weight on span(θ_*) ⊗ R^m (``hessian.overlap_with``) and the weight of Θ on that eigenvector.
+
+    Returns numpy arrays [trials]: ``lam`` (λ_min), ``lam2`` (second lowest), ``ov`` (|P_* v|²), ``mv``
+    (|⟨v, vec Θ⟩| / ‖Θ‖_F, the component of the weights along the outlier direction)."""
+    Th, X64, y64, T64 = theta.double(), X.double(), y.double(), Ts.double()
+    w, V = hs.lowest_eigpairs(Th, X64, y64, act, k=k, method="dense")
+    v = V[..., 0]  # [trials, m d], neuron-major
+    ov = hs.overlap_with(v, T64)
+    vecT = hs.mat_to_vec(Th)
+    mv = (v * vecT).sum(-1).abs() / vecT.norm(dim=-1)
+    return {"lam": w[..., 0].cpu().numpy(), "lam2": w[..., 1].cpu().numpy(), "ov": ov.cpu().numpy(),
+            "mv": mv.cpu().numpy()}
+
+
+def predicted_escape(t0: float, lam, ov, mv, eta: float, threshold: float):
+    """Escape time predicted from the Hessian at the plateau time t0 (brief §9): the component of Θ along the
+    outlier eigenvector v grows by (1 + η|λ|) per step, and |cos(θ, θ_*)| ≈ |⟨v, θ_*⟩| · |⟨v, θ⟩|/‖θ‖ · (1 + η|λ|)^{t − t0},
+    so it reaches the threshold at t0 + log(threshold / (√ov · mv)) / log(1 + η|λ|) (∞ when λ ≥ 0)."""
+    m0 = np.sqrt(np.asarray(ov, float)) * np.asarray(mv, float)
+    return t0 + tr.predicted_escape_time(lam, eta, np.maximum(m0, 1e-300), threshold)
+
+
+@experiment(SECTION, keys=["student", "link", "clip", "grok_delta", "below_delta", "d_list", "seeds", "T",
+                           "hess_every", "hess_T", "hess_dmax", "n_test", "seed", "dtype"], modules=MODULES)
+def curves(p: dict, device: torch.device) -> dict:
+    """Grokking curves at δ = grok_delta and the control δ = below_delta, for each d, with Hessian snapshots.
+
+    Arrays [d, δ (0 below, 1 grok), seed, T+1]: ``train``, ``test``, ``cos``; snapshots [d, δ, seed, S] at steps
+    ``t_snap``: ``lam``, ``lam2``, ``ov``, ``mv`` (see :func:`snapshot_spectrum`; nan for d > hess_dmax).
+    """
+    dt = get_dtype(p["dtype"])
+    act, m, eta = parse_student(p["student"])
+    lk = _link(p)
+    t_snap = np.arange(0, min(p["hess_T"], p["T"]) + 1, p["hess_every"])
+    keys = ("train", "test", "cos", "lam", "lam2", "ov", "mv")
+    res = {k: [] for k in keys}
+    for di, d in enumerate(p["d_list"]):
+        ns = [max(1, round(x * d)) for x in (p["below_delta"], p["grok_delta"])]
+        seed = p["seed"] + 1000 * di
+        prob = mi.sample_problem(d, ns, 1, lk, trials=p["seeds"], device=device, dtype=dt, generator=seed)
+        hess = d <= p["hess_dmax"]
+        out = mi.run_gd(prob, m, eta, p["T"], act=act, n_test=p["n_test"], keep=t_snap.tolist() if hess else (),
+                        generator=seed + 1)
+        snaps = {k: [] for k in ("lam", "lam2", "ov", "mv")}
+        nan = {k: np.full(p["seeds"], np.nan) for k in snaps}
+        for g in range(len(ns)):
+            per = [snapshot_spectrum(out["theta"][int(t)][g], prob.X[g], prob.y[g], prob.Theta_star[g], act)
+                   if hess else nan for t in t_snap]
+            for k in snaps:
+                snaps[k].append(np.stack([s[k] for s in per], -1))
+        res["train"].append(out["train"].cpu().numpy())
+        res["test"].append(out["test"].cpu().numpy())
+        res["cos"].append(hard_cos(out["M"], out["Q"]).cpu().numpy())
+        for k in snaps:
+            res[k].append(np.stack(snaps[k]))
+    o = {k: np.stack(v) for k, v in res.items()}
+    o["t_snap"] = t_snap
+    o["d_list"] = np.asarray(p["d_list"])
+    o["deltas"] = np.asarray([p["below_delta"], p["grok_delta"]])
+    return o
+
+
+@experiment(SECTION, keys=["student", "link", "clip", "tgrok_d", "tgrok_deltas", "tgrok_seeds", "tgrok_T", "t0",
+                           "n_test", "seed", "dtype"], modules=MODULES)
+def tgrok(p: dict, device: torch.device) -> dict:
+    """Time to grok against δ at d = tgrok_d: every step's overlap and test risk, and the Hessian at the plateau
+    time t0. Arrays [δ, seed]: ``cos`` and ``test`` [δ, seed, T+1], ``lam``, ``lam2``, ``ov``, ``mv`` at t0."""
+    dt = get_dtype(p["dtype"])
+    act, m, eta = parse_student(p["student"])
+    lk = _link(p)
+    d, t0 = p["tgrok_d"], min(p["t0"], p["tgrok_T"])
+    ns = [max(1, round(x * d)) for x in p["tgrok_deltas"]]
+    seed = p["seed"] + 9_000_000
+    prob = mi.sample_problem(d, ns, 1, lk, trials=p["tgrok_seeds"], device=device, dtype=dt, generator=seed)
+    out = mi.run_gd(prob, m, eta, p["tgrok_T"], act=act, n_test=p["n_test"], keep=[t0], generator=seed + 1)
+    snaps = [snapshot_spectrum(out["theta"][t0][g], prob.X[g], prob.y[g], prob.Theta_star[g], act)
+             for g in range(len(ns))]
+    o = {k: np.stack([s[k] for s in snaps]) for k in ("lam", "lam2", "ov", "mv")}
+    o["cos"] = hard_cos(out["M"], out["Q"]).cpu().numpy()
+    o["test"] = out["test"].cpu().numpy()
+    o["train"] = out["train"].cpu().numpy()
+    o["deltas"] = np.asarray(p["tgrok_deltas"], float)
+    o["t0"] = np.asarray(t0)
+    return o
