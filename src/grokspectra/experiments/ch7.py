@@ -1,0 +1,207 @@
+"""Chapter 7: spectral lock-in — rolling update-Gram spectra, Xu's σ₂/σ₃ detector, x² vs ReLU, every sweep.
+
+Experiments (brief §3.2–§3.8, §5). Every training run logs the band of update inner products
+<ΔW_t, ΔW_{t−k}> for k < ``band`` (engine :func:`grokspectra.modadd.train`), so one run serves every window
+W ≤ band; the rolling spectra are assembled afterwards by :func:`grokspectra.lockin.rolling_eigs`.
+
+* ``headline``  x², η vs η = 0 on paired seeds: σ₁…σ₅ for every window in ``windows`` (the window sweep and the
+  σ₁/σ₂ reanalysis reuse these runs), ΔV spectra, accuracies, ρ_tian.
+* ``relu``      the same with σ = ReLU and ``relu_epochs``.
+* ``eta_sweep`` η ∈ ``sweep_etas`` × ``sweep_seeds`` seeds, ``sweep_epochs`` epochs.
+* ``eta_long``  the single long run at ``long_eta``.
+* ``grid``      M × p grid of grok rates (η = ``eta``), with per-run detector summaries.
+
+Every experiment returns the per-run arrays the detectors need; :func:`runs_table` turns any of them into the
+per-run event epochs (lock-in fire, test 0.5/0.99, ρ crossing) used by the notebook.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .. import lockin, modadd
+from ..params import Param, Schema
+from . import experiment
+
+SECTION = "ch7_lockin"
+MODULES = ["grokspectra.modadd", "grokspectra.lockin"]
+K_EIGS = 5
+
+SCHEMA = Schema(
+    Param("profile", str, help="parameter profile"),
+    Param("device", str, choices=("auto", "cpu", "cuda"), help="torch device"),
+    Param("M", int, lo=5, hi=257, help="modulus of the headline, ReLU and η-sweep runs"),
+    Param("K", int, lo=8, hi=8192, help="hidden width"),
+    Param("frac", float, lo=0.01, hi=0.95, help="training fraction n/M² (0.4 → n = 2016 at M = 71)"),
+    Param("eta", float, lo=0.0, hi=0.1, help="weight decay of the grokking arm (and of the M×p grid)"),
+    Param("seeds", int, lo=1, hi=64, help="seeds per arm in the headline (x²) comparison"),
+    Param("epochs", int, lo=30, hi=20000, help="epochs of the headline runs"),
+    Param("window", int, lo=3, hi=64, help="rolling window W of the detector"),
+    Param("windows", list, of=int, lo=3, hi=64, help="windows of the window sweep (≤ band)"),
+    Param("band", int, lo=3, hi=64, help="lags of update inner products kept (serves every W ≤ band)"),
+    Param("relu_seeds", int, lo=1, hi=64, help="seeds per arm of the ReLU comparison"),
+    Param("relu_epochs", int, lo=30, hi=20000, help="epochs of the ReLU runs"),
+    Param("sweep_etas", list, of=float, lo=0.0, hi=0.1, help="weight decays of the η sweep"),
+    Param("sweep_seeds", int, lo=1, hi=64, help="seeds per η"),
+    Param("sweep_epochs", int, lo=30, hi=20000, help="epochs of the η sweep"),
+    Param("long_eta", float, lo=0.0, hi=0.1, help="weight decay of the single long run"),
+    Param("long_seed", int, lo=0, hi=10**6, help="seed of the long run"),
+    Param("long_epochs", int, lo=30, hi=50000, help="epochs of the long run"),
+    Param("grid_M", list, of=int, lo=5, hi=257, help="moduli of the M×p grid"),
+    Param("grid_p", list, of=float, lo=0.01, hi=0.95, help="training fractions of the M×p grid"),
+    Param("grid_seeds", int, lo=1, hi=64, help="seeds per grid cell"),
+    Param("grid_epochs", list, of=int, lo=30, hi=20000, help="epochs per modulus (one per grid_M)"),
+    Param("gram_every", int, lo=1, hi=1000, help="Gram diagnostics (ρ_tian) every this many epochs ..."),
+    Param("gram_dense", int, lo=0, hi=20000, help="... and at every epoch up to this one"),
+)
+
+
+def n_train(M: int, frac: float) -> int:
+    """Training pairs n = round(frac·M²) (brief §1: 0.4·71² → 2016)."""
+    return int(round(frac * M * M))
+
+
+def _spectra(out: dict, windows, dV_window: int | None = None) -> dict[str, np.ndarray]:
+    """σ₁…σ₅ of the rolling ΔW Grams for each window (and of ΔV for ``dV_window``), as float64 numpy."""
+    res = {f"eigW{w}": lockin.rolling_eigs(out["dW_band"], w, K_EIGS).numpy() for w in windows}
+    if dV_window is not None:
+        res["eigV"] = lockin.rolling_eigs(out["dV_band"], dV_window, K_EIGS).numpy()
+    return res
+
+
+def _logs(out: dict) -> dict[str, np.ndarray]:
+    keep = ("train_acc", "test_acc", "train_loss", "test_loss", "rho_code", "rho_paper", "ftf_ratio", "gf_norm",
+            "gf_norm_all", "update_cos", "gram_epochs", "etas", "seeds")
+    return {k: out[k].numpy() for k in keep}
+
+
+def _train(p: dict, device, *, M, act, etas, seeds, epochs, band, n=None) -> dict:
+    return modadd.train(M, p["K"], n if n is not None else n_train(M, p["frac"]), act, etas, seeds, epochs,
+                        device=device, dtype=torch.float32, gram_every=p["gram_every"],
+                        gram_dense=p["gram_dense"], band=band, progress=True)
+
+
+def _check_windows(p: dict) -> list[int]:
+    ws = sorted(set(p["windows"]) | {p["window"]})
+    if max(ws) > p["band"]:
+        raise ValueError(f"windows {ws} need band >= {max(ws)}, got band={p['band']}")
+    return ws
+
+
+@experiment(SECTION, keys=["M", "K", "frac", "eta", "seeds", "epochs", "window", "windows", "band", "gram_every",
+                           "gram_dense"], modules=MODULES)
+def headline(p: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """x² network, η = ``eta`` (grok arm, runs 0…S−1) vs η = 0 (control, runs S…2S−1) on the same seeds 0…S−1
+    (brief §3.1, §3.3, §3.5, §3.8): logs, ρ_tian and rolling σ₁…σ₅ for every window of the window sweep."""
+    ws = _check_windows(p)
+    S = p["seeds"]
+    out = _train(p, device, M=p["M"], act="x2", etas=[p["eta"]] * S + [0.0] * S, seeds=list(range(S)) * 2,
+                 epochs=p["epochs"], band=p["band"])
+    return {**_logs(out), **_spectra(out, ws, p["window"])}
+
+
+@experiment(SECTION, keys=["M", "K", "frac", "eta", "relu_seeds", "relu_epochs", "window", "gram_every",
+                           "gram_dense"], modules=MODULES)
+def relu(p: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """ReLU network, η = ``eta`` vs η = 0 on seeds 0…S−1, ``relu_epochs`` epochs (brief §3.7)."""
+    S = p["relu_seeds"]
+    out = _train(p, device, M=p["M"], act="relu", etas=[p["eta"]] * S + [0.0] * S, seeds=list(range(S)) * 2,
+                 epochs=p["relu_epochs"], band=p["window"])
+    return {**_logs(out), **_spectra(out, [p["window"]], p["window"])}
+
+
+@experiment(SECTION, keys=["M", "K", "frac", "sweep_etas", "sweep_seeds", "sweep_epochs", "window", "gram_every",
+                           "gram_dense"], modules=MODULES)
+def eta_sweep(p: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """x² runs for every η in ``sweep_etas`` × seeds 0…S−1 (η-major order), ``sweep_epochs`` epochs
+    (brief §3.6 η-sweep table)."""
+    S, etas = p["sweep_seeds"], p["sweep_etas"]
+    out = _train(p, device, M=p["M"], act="x2", etas=[e for e in etas for _ in range(S)],
+                 seeds=list(range(S)) * len(etas), epochs=p["sweep_epochs"], band=p["window"])
+    return {**_logs(out), **_spectra(out, [p["window"]])}
+
+
+@experiment(SECTION, keys=["M", "K", "frac", "long_eta", "long_seed", "long_epochs", "window", "gram_every",
+                           "gram_dense"], modules=MODULES)
+def eta_long(p: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """One x² run at η = ``long_eta`` for ``long_epochs`` epochs (brief §3.6: Xu's η = 1e-5, 2000-epoch run)."""
+    out = _train(p, device, M=p["M"], act="x2", etas=[p["long_eta"]], seeds=[p["long_seed"]],
+                 epochs=p["long_epochs"], band=p["window"])
+    return {**_logs(out), **_spectra(out, [p["window"]])}
+
+
+@experiment(SECTION, keys=["K", "eta", "grid_M", "grid_p", "grid_seeds", "grid_epochs", "window", "gram_every",
+                           "gram_dense"], modules=MODULES)
+def grid(p: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """M × p grid (brief §3.6 scaling sweep): for each modulus M (with its epoch count) and training fraction p,
+    ``grid_seeds`` x² runs at η = ``eta``. Per run: event epochs and late σ₂/σ₃; the test-accuracy and σ₂/σ₃
+    curves are kept NaN-padded to the longest run. Arrays are ``[len(grid_M), len(grid_p), seeds, ...]``."""
+    Ms, ps, S = p["grid_M"], p["grid_p"], p["grid_seeds"]
+    if len(p["grid_epochs"]) != len(Ms):
+        raise ValueError(f"grid_epochs {p['grid_epochs']} needs one entry per modulus in grid_M {Ms}")
+    Emax = max(p["grid_epochs"])
+    shape = (len(Ms), len(ps), S)
+    acc = np.full(shape + (Emax + 1,), np.nan)
+    r23 = np.full(shape + (Emax + 1,), np.nan)
+    rho_fire = np.full(shape, np.nan)
+    rho_max = np.full(shape, np.nan)
+    n = np.zeros((len(Ms), len(ps)), dtype=np.int64)
+    for i, (M, E) in enumerate(zip(Ms, p["grid_epochs"])):
+        for j, frac in enumerate(ps):
+            n[i, j] = n_train(M, frac)
+            out = _train(p, device, M=M, act="x2", etas=[p["eta"]] * S, seeds=list(range(S)), epochs=E,
+                         band=p["window"], n=int(n[i, j]))
+            acc[i, j, :, :E + 1] = out["test_acc"].numpy()
+            r23[i, j, :, :E + 1] = lockin.ratios(lockin.rolling_eigs(out["dW_band"], p["window"], 3))[1]
+            rho = out["rho_code"].numpy()
+            rho_fire[i, j] = lockin.rho_fire(rho, 0.075, out["gram_epochs"].numpy())
+            rho_max[i, j] = np.nanmax(np.where(np.isfinite(rho), rho, np.nan), axis=-1)
+    return {"test_acc": acc, "r23": r23, "rho_fire": rho_fire, "rho_max": rho_max, "n": n,
+            "grid_M": np.array(Ms), "grid_p": np.array(ps), "grid_epochs": np.array(p["grid_epochs"])}
+
+
+# --- analysis shared by the notebook ------------------------------------------------------------------------
+def runs_table(test_acc: np.ndarray, r23: np.ndarray, *, rho: np.ndarray | None = None,
+               gram_epochs: np.ndarray | None = None, rho_thresh: float = 0.075) -> dict[str, np.ndarray]:
+    """Per-run events (brief §1, §3.3, §3.6): ``fire`` (Xu's slope detector on σ₂/σ₃), ``t05`` and ``t99``
+    (first epoch with test accuracy ≥ 0.5 / 0.99), ``grok`` (test 0.99 reached), ``late`` (median σ₂/σ₃ over the
+    second half of the run: Xu's 200–400 of 400 and 300–600 of 600), and ``t_rho`` (ρ_tian ≥ ``rho_thresh``)."""
+    E = test_acc.shape[-1] - 1
+    last = np.where(np.isfinite(test_acc), np.arange(E + 1), -1).max(-1)  # last logged epoch per run
+    late = np.full(test_acc.shape[:-1], np.nan)
+    for e in np.unique(last):
+        sel = last == e
+        late[sel] = lockin.late_median(r23[sel], int(e) // 2, int(e))
+    t99 = lockin.first_epoch(test_acc, 0.99)
+    out = {"fire": lockin.slope_fire(r23), "t05": lockin.first_epoch(test_acc, 0.5), "t99": t99,
+           "grok": np.isfinite(t99), "late": late}
+    if rho is not None:
+        out["t_rho"] = lockin.rho_fire(rho, rho_thresh, gram_epochs)
+    return out
+
+
+def events(res, window: int) -> dict[str, np.ndarray]:
+    """:func:`runs_table` of a stored headline / relu / eta_sweep / eta_long result for window W."""
+    r23 = lockin.ratios(res[f"eigW{window}"])[1]
+    return runs_table(res["test_acc"], r23, rho=res["rho_code"], gram_epochs=res["gram_epochs"])
+
+
+def split_arms(x: np.ndarray, S: int) -> tuple[np.ndarray, np.ndarray]:
+    """Grok arm (runs 0…S−1) and control arm (runs S…2S−1) of a headline or ReLU result."""
+    return x[:S], x[S:2 * S]
+
+
+def count(x: np.ndarray) -> str:
+    """'k/n' fired (finite entries) out of all."""
+    x = np.asarray(x, float).ravel()
+    return f"{int(np.isfinite(x).sum())}/{x.size}"
+
+
+def med_str(x: np.ndarray, digits: int = 3) -> str:
+    """'median [q25, q75]' of the finite entries, '–' when none."""
+    m, lo, hi = lockin.median_iqr(x)
+    if not np.isfinite(m):
+        return "–"
+    f = lambda v: f"{v:.{digits}g}"  # noqa: E731
+    return f"{f(m)} [{f(lo)}, {f(hi)}]"
