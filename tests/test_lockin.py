@@ -95,6 +95,27 @@ def test_float32_band_is_accurate_to_single_precision():
     assert ((e32 - e64).abs() / e64[..., :1])[ok].max() < 1e-5  # float32 rounding of the inner products
 
 
+def test_non_finite_band_gives_nan_only_where_it_enters():
+    """A diverged step (NaN inner products) poisons exactly the windows that contain it."""
+    band = lockin.band_from_updates(_updates(R=2, S=40), B=10)
+    bad = band.clone()
+    bad[1, 20, :] = float("nan")  # step 20 of run 1: its row of inner products with steps 11…20
+    e = lockin.rolling_eigs(bad, 5, k=3)
+    ref = lockin.rolling_eigs(band, 5, k=3)
+    hit = torch.zeros(41, dtype=torch.bool)
+    hit[20:25] = True  # the W = 5 windows that contain step 20 end at t = 20…24
+    assert torch.isnan(e[1, hit]).all()
+    torch.testing.assert_close(e[1, ~hit], ref[1, ~hit], equal_nan=True)
+    torch.testing.assert_close(e[0], ref[0], equal_nan=True)
+
+
+def test_first_step_zero_convention():
+    """A band whose row 0 already holds an update (first_step=0) gives the same spectra shifted by one row."""
+    band = lockin.band_from_updates(_updates(R=1, S=30), B=8)
+    shifted = lockin.rolling_eigs(band[:, 1:], 8, k=4, first_step=0)
+    torch.testing.assert_close(shifted, lockin.rolling_eigs(band, 8, k=4)[:, 1:], equal_nan=True)
+
+
 def test_window_larger_than_band_is_an_error():
     band = lockin.band_from_updates(_updates(R=1, S=5), B=4)
     with pytest.raises(ValueError, match="band width"):

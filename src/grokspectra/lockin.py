@@ -52,25 +52,28 @@ def band_from_updates(D: torch.Tensor, B: int) -> torch.Tensor:
     return torch.where(valid, out, torch.full_like(out, float("nan")))
 
 
-def rolling_gram(band: torch.Tensor, W: int) -> tuple[torch.Tensor, torch.Tensor]:
+def rolling_gram(band: torch.Tensor, W: int, first_step: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Window-W Grams of the updates, assembled from the band (brief §3.2, Xu's ``EigengapTracker`` convention).
 
-    At row t the window holds the valid steps among t−W+1 … t (a step is valid when its squared norm
-    ``band[..., s, 0]`` is finite); before the window fills it holds all steps so far. Invalid columns are
-    zero, which leaves the nonzero spectrum of the Gram of the valid columns unchanged.
+    At row t the window holds the steps max(first_step, t−W+1) … t; before the window fills it holds all steps
+    so far. Columns of steps before ``first_step`` are zero, which leaves the nonzero spectrum of the Gram of the
+    valid columns unchanged.
 
     Parameters
     ----------
     band : Tensor ``[..., T, B]``
-        ``band[..., t, k] = <ΔW_t, ΔW_{t-k}>``, NaN where undefined.
+        ``band[..., t, k] = <ΔW_t, ΔW_{t-k}>`` (row t = step t), NaN where undefined.
     W : int
         Window size, 1 ≤ W ≤ B.
+    first_step : int
+        The first row that holds an update (1 for the engine's band, whose row 0 is the initial state).
 
     Returns
     -------
     G : Tensor ``[..., T, W, W]``
-        ``G[..., t, i, j] = <ΔW_{t-W+1+i}, ΔW_{t-W+1+j}>`` (zero where a column is invalid).
-    n : Tensor ``[..., T]`` (int64)
+        ``G[..., t, i, j] = <ΔW_{t-W+1+i}, ΔW_{t-W+1+j}>`` (zero where a column is invalid; NaN entries of the
+        band inside the window, e.g. from a diverged run, stay NaN).
+    n : Tensor ``[T]`` (int64)
         Number of valid columns in each window.
     """
     T, B = band.shape[-2], band.shape[-1]
@@ -80,19 +83,18 @@ def rolling_gram(band: torch.Tensor, W: int) -> tuple[torch.Tensor, torch.Tensor
     t = torch.arange(T, device=dev)
     i = torch.arange(W, device=dev)
     step = t[:, None] - W + 1 + i[None, :]  # [T, W]: step held in column i at row t
-    norms = band[..., step.clamp(min=0), 0]  # [..., T, W]
-    col_ok = (step >= 0) & torch.isfinite(norms)
+    col_ok = (step >= first_step) & (step >= 0)
     hi = torch.maximum(i[:, None], i[None, :])
     row = (t[:, None, None] - W + 1 + hi).clamp(min=0)  # [T, W, W]: the later step of the pair
     lag = (i[:, None] - i[None, :]).abs()  # [W, W]
     g = band[..., row, lag]
-    ok = col_ok[..., :, None] & col_ok[..., None, :]
+    ok = col_ok[:, :, None] & col_ok[:, None, :]
     G = torch.where(ok, g, torch.zeros((), dtype=g.dtype, device=dev))
     return G, col_ok.sum(-1)
 
 
-def rolling_eigs(band: torch.Tensor, W: int, k: int = 5, *, dtype: torch.dtype = torch.float64,
-                 chunk: int = 2_000_000) -> torch.Tensor:
+def rolling_eigs(band: torch.Tensor, W: int, k: int = 5, *, first_step: int = 1,
+                 dtype: torch.dtype = torch.float64, chunk: int = 2_000_000) -> torch.Tensor:
     """Top-k eigenvalues σ₁ ≥ … ≥ σ_k of every rolling window-W update Gram (brief §3.2).
 
     Parameters
@@ -103,6 +105,8 @@ def rolling_eigs(band: torch.Tensor, W: int, k: int = 5, *, dtype: torch.dtype =
         Window size (≤ B).
     k : int
         Number of eigenvalues returned (≤ W).
+    first_step : int
+        First row of the band that holds an update (see :func:`rolling_gram`).
     dtype : torch.dtype
         Precision of the eigensolver (float64 by default: σ₃ can be 10⁻⁵ σ₁ after lock-in).
     chunk : int
@@ -113,7 +117,8 @@ def rolling_eigs(band: torch.Tensor, W: int, k: int = 5, *, dtype: torch.dtype =
     -------
     Tensor ``[..., T, k]``
         σ_j(t) in descending order; NaN where the window holds fewer than j columns or fewer than two
-        (σ₂/σ₃ therefore exists from t = 3, as in Xu's tracker).
+        (σ₂/σ₃ therefore exists from t = 3, as in Xu's tracker), and NaN for every σ_j where the window's Gram
+        has a non-finite entry (a diverged run).
     """
     if not 1 <= k <= W:
         raise ValueError(f"need 1 <= k <= W, got k={k}, W={W}")
@@ -124,11 +129,13 @@ def rolling_eigs(band: torch.Tensor, W: int, k: int = 5, *, dtype: torch.dtype =
     outs = []
     for t0 in range(0, T, step):
         lo = max(0, t0 - W + 1)  # rows the window of row t0 reaches back to
-        G, n = rolling_gram(band[..., lo:t0 + step, :], W)
-        G, n = G[..., t0 - lo:, :, :], n[..., t0 - lo:]
+        G, n = rolling_gram(band[..., lo:t0 + step, :], W, first_step - lo)
+        G, n = G[..., t0 - lo:, :, :], n[t0 - lo:]
+        finite = torch.isfinite(G).all(-1).all(-1)  # [..., t]
+        G = torch.where(finite[..., None, None], G, torch.zeros((), dtype=G.dtype, device=G.device))
         ev = torch.linalg.eigvalsh(G).flip(-1)[..., :k]  # descending
         j = torch.arange(1, k + 1, device=band.device)
-        keep = (j <= n[..., None]) & (n[..., None] >= 2)
+        keep = (j <= n[:, None]) & (n[:, None] >= 2) & finite[..., None]
         outs.append(torch.where(keep, ev, torch.full_like(ev, float("nan"))))
     return torch.cat(outs, dim=-2)
 
