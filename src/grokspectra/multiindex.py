@@ -300,14 +300,15 @@ def spectral_direction(Theta_star, link_, n_spec: int, preprocess: Callable, *, 
 
 
 # --- gradient descent ---------------------------------------------------------------------------------------------
-def fresh_latents(k: int, m: int, n_test: int, link_, *, device, dtype, generator):
-    """Fresh test samples in the (k + m)-dimensional latent space: (z, ξ, y). For x ~ N(0, I_d) the pair
-    (Θ_*ᵀx, Θᵀx) is exactly Gaussian with covariance [[I, M], [Mᵀ, Q]], so u = zM + ξ chol(Q − MᵀM)ᵀ has the law of
-    the test pre-activations: the test risk on fresh data needs no d-dimensional test set."""
+def fresh_latents(k: int, m: int, n_test: int, link_, *, device, dtype, generator, batch: tuple = ()):
+    """Fresh test samples in the (k + m)-dimensional latent space: (z [*batch, n_test, k], ξ [*batch, n_test, m],
+    y [*batch, n_test]). For x ~ N(0, I_d) the pair (Θ_*ᵀx, Θᵀx) is exactly Gaussian with covariance
+    [[I, M], [Mᵀ, Q]], so u = zM + ξ chol(Q − MᵀM)ᵀ has the law of the test pre-activations: the test risk on fresh
+    data needs no d-dimensional test set."""
     lk = link(link_)
-    z = torch.randn(n_test, k, device=device, dtype=dtype, generator=generator)
-    xi = torch.randn(n_test, m, device=device, dtype=dtype, generator=generator)
-    eps = torch.randn(n_test, device=device, dtype=dtype, generator=generator) if lk.noise else None
+    z = torch.randn(*batch, n_test, k, device=device, dtype=dtype, generator=generator)
+    xi = torch.randn(*batch, n_test, m, device=device, dtype=dtype, generator=generator)
+    eps = torch.randn(*batch, n_test, device=device, dtype=dtype, generator=generator) if lk.noise else None
     return z, xi, lk(z, eps)
 
 
@@ -331,7 +332,7 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
 
     Θ^{t+1} = (1 − ηλ) Θ^t − η (1/n) Xᵀ F(XΘ^t; y). Each step reads X twice (XΘ and XᵀF) and records on the device,
     without host synchronisation: M_t = Θ_*ᵀΘ^t [.., T+1, k, m], Q_t = Θ^tᵀΘ^t [.., T+1, m, m], the train risk
-    (1/n) Σ_i L(u_i^t; y_i) (without the ridge term) and the test risk on ``n_test`` fresh samples
+    (1/n) Σ_i L(u_i^t; y_i) (without the ridge term) and the test risk on ``n_test`` fresh samples per trial
     (:func:`fresh_latents`) [.., T+1]. Leading dims are [trials] for a single n, else [groups, trials].
 
     ``Theta0`` ([trials, d, m] or one per group) overrides the initialisation (e.g. a spectral init); otherwise
@@ -346,11 +347,12 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
     X0 = prob.X[0]
     dev, dt = X0.device, X0.dtype
     gen = make_generator(generator, dev)
-    z_te, xi_te, y_te = fresh_latents(prob.k, m, n_test, prob.link, device=dev, dtype=dt, generator=gen)
     shrink = 1.0 - eta * lam
     outs = []
     for gi, (X, y, Ts) in enumerate(zip(prob.X, prob.y, prob.Theta_star)):
         B, n, d = X.shape
+        # an independent test set per trial (so the spread over trials includes the test-set noise)
+        z_te, xi_te, y_te = fresh_latents(prob.k, m, n_test, prob.link, device=dev, dtype=dt, generator=gen, batch=(B, 1))
         if Theta0 is None:
             Th = init_theta(Ts, m, M0=M0, Q0=Q0, generator=gen)
         else:
