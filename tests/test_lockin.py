@@ -206,3 +206,44 @@ def test_confusion_lead_and_fit():
     assert lockin.median_iqr([1, 2, 3, np.nan]) == (2.0, 1.5, 2.5)
     np.testing.assert_allclose(lockin.p_crit([41, 71, 127], 2.7482), [0.249, 0.165, 0.105], atol=1e-3)
     np.testing.assert_allclose(lockin.p_crit([41, 71, 127]), [0.091, 0.060, 0.038], atol=1e-3)
+
+
+# --- the engine's incremental band against the updates themselves --------------------------------------------
+def test_engine_band_matches_direct_updates():
+    """modadd.train's ring-buffer band equals inner products of the weight differences it returns, and the
+    rolling spectra built from it equal eigenvalues of ΔᵀΔ computed from those differences (float32 training,
+    so agreement to single precision relative to σ₁)."""
+    from grokspectra import modadd
+
+    E, B = 40, 8
+    out = modadd.train(7, 16, 30, "x2", [2e-4, 0.0], [0, 1], E, band=B, gram_every=10, gram_dense=0,
+                       keep_F_epochs=range(E + 1), progress=False)
+    Wt = out["W_at"].double()  # [E+1, R, K, 2M]
+    D = (Wt[1:] - Wt[:-1]).flatten(2).transpose(0, 1)  # [R, E, P]: ΔW_1 … ΔW_E
+    ref = lockin.band_from_updates(D, B)
+    got = out["dW_band"]
+    assert got.shape == ref.shape
+    assert torch.equal(torch.isnan(got), torch.isnan(ref))
+    scale = ref[:, 1:, 0].abs().max()
+    ok = ~torch.isnan(ref)
+    assert ((got - ref).abs()[ok] / scale).max() < 1e-4
+    e_got = lockin.rolling_eigs(got, B, k=3)
+    e_ref = _direct(D, B, 3)
+    ok = ~torch.isnan(e_ref)
+    assert torch.equal(ok, ~torch.isnan(e_got))
+    assert ((e_got - e_ref).abs() / e_ref[..., :1])[ok].max() < 1e-3
+
+
+def test_runs_table_events():
+    from grokspectra.experiments import ch7
+
+    T = 300
+    acc = np.stack([np.clip(np.arange(T + 1) / 200, 0, 1), np.full(T + 1, 0.03)])
+    r23 = np.stack([_exp_ramp(T + 1, 150, 0.1), np.ones(T + 1)])
+    ev = ch7.runs_table(acc, r23, rho=np.array([[0.05, 0.08], [0.05, 0.06]]), gram_epochs=np.array([0, 20]))
+    np.testing.assert_array_equal(ev["fire"], [161, np.nan])
+    np.testing.assert_array_equal(ev["t05"], [100, np.nan])
+    np.testing.assert_array_equal(ev["t99"], [198, np.nan])  # 198/200 = 0.99
+    np.testing.assert_array_equal(ev["grok"], [True, False])
+    np.testing.assert_array_equal(ev["t_rho"], [20, np.nan])
+    np.testing.assert_allclose(ev["late"], [np.median(r23[0, 150:301]), 1.0])
