@@ -9,8 +9,9 @@ betas) with *coupled* weight decay η (``torch.optim.Adam(weight_decay=η)``).
 How it is computed. R runs (seeds × η, one activation per chunk) live in tensors with a leading run dimension.
 Because x is two one-hots, the pre-activation of pair (a, b) is W_{:,a} + W_{:,M+b}: the forward pass builds the
 whole M×M×K grid by one broadcast add into a preallocated buffer (train and test in one pass), applies σ in
-place and multiplies by Vᵀ (one batched GEMM). The backward pass touches only the n training pairs and scatters
-the pre-activation gradient back to the 2M columns of W with two ``index_add_`` (no dense one-hot product).
+place and multiplies by Vᵀ (one batched GEMM). The backward pass touches only the n training pairs (rows gathered
+with ``index_select``); the pre-activation gradient is summed back onto the 2M columns of W by one batched GEMM
+with Xᵀ (``index_add_``/``scatter_add_`` were 3–10× slower on CPU, and non-deterministic on GPU).
 Gradients and the Adam update are written by hand (tested against ``torch.optim.Adam`` + autograd).
 
 Logging follows Tian: the row for epoch t describes the state after t optimiser steps, evaluated *before* step
@@ -273,10 +274,17 @@ def _train_chunk(M, K, n, act, etas, seeds, epochs, *, lr, device, dtype, gram_e
     b_tr = torch.stack([d["b_tr"] for d in data]).to(device)
     y_tr = torch.stack([d["y_tr"] for d in data]).to(device)
     p_tr = a_tr * M + b_tr  # pair index into the grid
+    # flat row indices into [R·M², ·] and [R·2M, ·] views (index_select / index_add_ are fast on CPU and GPU)
+    off = torch.arange(R, device=device)[:, None]
+    fp_tr = (p_tr + off * M2).reshape(-1)
+    fa_tr = (a_tr + off * 2 * M).reshape(-1)  # rows of W (as [R·2M, K]) for the two operands
+    fb_tr = (M + b_tr + off * 2 * M).reshape(-1)
     y_all = ((torch.arange(M, device=device)[:, None] + torch.arange(M, device=device)[None, :]) % M).reshape(-1)
     is_tr = torch.zeros(R, M2, **kw).scatter_(1, p_tr, 1.0)
     w_tr, w_te = is_tr / n, (1 - is_tr) / (M2 - n)
     Yzm = torch.nn.functional.one_hot(y_tr, M).to(dtype) - 1.0 / M  # [R, n, M]
+    # Xᵀ of the training inputs, [R, 2M, n]: only used to sum the pre-activation gradient per column of W
+    XT = torch.cat([torch.nn.functional.one_hot(a_tr, M), torch.nn.functional.one_hot(b_tr, M)], -1).to(dtype).transpose(1, 2).contiguous()
     init = [init_weights(M, K, s, dtype=dtype) for s in seeds]
     # W stored transposed, Wt[r, i, k] = W[r, k, i]: column i of W is a contiguous row (gather-friendly)
     Wt = torch.stack([w.t() for w, _ in init]).contiguous().to(device)  # [R, 2M, K]
@@ -284,7 +292,6 @@ def _train_chunk(M, K, n, act, etas, seeds, epochs, *, lr, device, dtype, gram_e
     eta = torch.tensor(etas, **kw).view(R, 1, 1)
     mW, vW, mV, vV = (torch.zeros_like(Wt), torch.zeros_like(Wt), torch.zeros_like(V), torch.zeros_like(V))
     b1, b2 = ADAM_BETAS
-    rows = torch.arange(R, device=device)[:, None]
 
     gram_ep = gram_schedule(epochs, gram_every, gram_dense)
     gslot = {e: i for i, e in enumerate(gram_ep)}
@@ -324,7 +331,7 @@ def _train_chunk(M, K, n, act, etas, seeds, epochs, *, lr, device, dtype, gram_e
         log["test_loss"][:, t] = (per_pair * w_te).sum(-1)
         log["train_acc"][:, t] = (correct * w_tr).sum(-1)
         log["test_acc"][:, t] = (correct * w_te).sum(-1)
-        O_tr = O[rows, p_tr]  # [R, n, M]
+        O_tr = O.view(R * M2, M).index_select(0, fp_tr).view(R, n, M)
         # G_F = P₁^⊥(Y − Ŷ) V : ‖G_F‖² = tr(RᵀR · V Vᵀ), never forming the n×K matrix
         res = Yzm - O_tr
         res = res - res.mean(1, keepdim=True)
@@ -334,8 +341,9 @@ def _train_chunk(M, K, n, act, etas, seeds, epochs, *, lr, device, dtype, gram_e
             for i in keep_slot[t]:
                 W_at[i] = Wt.transpose(1, 2)
                 V_at[i] = V
-        Z_tr = Wt.gather(1, a_tr[..., None].expand(R, n, K)) + Wt.gather(1, (M + b_tr)[..., None].expand(R, n, K))
-        F_tr = H[rows, p_tr]  # [R, n, K] training activations
+        Wflat = Wt.view(R * 2 * M, K)
+        Z_tr = (Wflat.index_select(0, fa_tr) + Wflat.index_select(0, fb_tr)).view(R, n, K)
+        F_tr = H.reshape(R * M2, K).index_select(0, fp_tr).view(R, n, K)  # training activations
         if t in gslot:
             j = gslot[t]
             torch.bmm(F_tr.transpose(1, 2), F_tr, out=G)
@@ -349,9 +357,7 @@ def _train_chunk(M, K, n, act, etas, seeds, epochs, *, lr, device, dtype, gram_e
         dO = (2.0 / n) * (O_tr - O_tr.mean(-1, keepdim=True) - Yzm)
         gV = torch.bmm(dO.transpose(1, 2), F_tr)  # [R, M, K]
         dZ = torch.bmm(dO, V).mul_(act_grad(act, Z_tr))  # [R, n, K]
-        gW = torch.zeros_like(Wt)
-        gW.scatter_add_(1, a_tr[..., None].expand(R, n, K), dZ)
-        gW.scatter_add_(1, (M + b_tr)[..., None].expand(R, n, K), dZ)
+        gW = torch.bmm(XT, dZ)  # [R, 2M, K]: column sums of dZ per operand value (one GEMM, no atomics)
         # ---- Adam with coupled weight decay (torch.optim.Adam, weight_decay=η), step number t+1 ----
         step = t + 1
         bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step

@@ -36,10 +36,13 @@ def kernel(Ft: torch.Tensor, eta: float) -> torch.Tensor:
 
 
 def _cholesky(A: torch.Tensor) -> torch.Tensor:
+    """Cholesky factor of one or a batch of n×n matrices; raises with details when one is not positive definite."""
     L, info = torch.linalg.cholesky_ex(A)
-    if int(info) != 0:
-        raise RuntimeError(f"Cholesky of the {A.shape[0]}×{A.shape[0]} kernel failed at leading minor {int(info)}; "
-                           f"the matrix is not numerically positive definite (min diag {float(A.diagonal().min()):.3e})")
+    if bool((info != 0).any()):
+        bad = int(info.reshape(-1).nonzero()[0])
+        raise RuntimeError(f"Cholesky of an {A.shape[-1]}×{A.shape[-1]} kernel (batch entry {bad}) failed at leading "
+                           f"minor {int(info.reshape(-1)[bad])}; the matrix is not numerically positive definite "
+                           f"(min diagonal {float(A.diagonal(dim1=-2, dim2=-1).min()):.3e})")
     return L
 
 
@@ -90,14 +93,20 @@ def top_pairs(Ft: torch.Tensor, top: int = 200) -> tuple[torch.Tensor, torch.Ten
     return j, l, S[j, l]
 
 
-def leave_two_out(Ft: torch.Tensor, eta: float, j: int, l: int, Kn: torch.Tensor | None = None) -> torch.Tensor:
+def leave_two_out(Ft: torch.Tensor, eta: float, j, l, Kn: torch.Tensor | None = None) -> torch.Tensor:
     """The 2×2 matrix UᵀP_{η,−jℓ}U, U = [f̃_j f̃_ℓ], with the exact leave-two-out projector
     P_{η,−jℓ} = η(F̃_{−jℓ}F̃_{−jℓ}ᵀ + ηI)⁻¹ (brief §2.1), by a Cholesky solve of that n×n matrix.
-    ``Kn`` is an optional precomputed :func:`kernel` (the two columns are subtracted from it)."""
+
+    ``j`` and ``l`` are ints (returns ``[2, 2]``) or equal-length index tensors (returns ``[P, 2, 2]``, one
+    n×n factorisation per pair, batched). ``Kn`` is an optional precomputed :func:`kernel`; the two columns are
+    subtracted from it (F̃_{−jℓ}F̃_{−jℓ}ᵀ = F̃F̃ᵀ − f̃_jf̃_jᵀ − f̃_ℓf̃_ℓᵀ)."""
     Kn = kernel(Ft, eta) if Kn is None else Kn
-    U = Ft[:, [j, l]]
-    L = _cholesky(Kn - U @ U.T)
-    return eta * (U.T @ torch.cholesky_solve(U, L))
+    j, l = torch.as_tensor(j), torch.as_tensor(l)
+    single = j.ndim == 0
+    U = torch.stack([Ft[:, j.reshape(-1)], Ft[:, l.reshape(-1)]], -1).permute(1, 0, 2)  # [P, n, 2]
+    L = _cholesky(Kn - U @ U.transpose(1, 2))
+    out = eta * (U.transpose(1, 2) @ torch.cholesky_solve(U, L))
+    return out[0] if single else out
 
 
 def schur_B_block(Ft: torch.Tensor, eta: float, j: int, l: int, Kn: torch.Tensor | None = None) -> torch.Tensor:
