@@ -41,10 +41,27 @@ def hessian_weights(Theta, X, y, act="gelu", a=None, b=None, loss="square") -> t
 
 
 def hessian_matvec(Theta, X, y, act, a, b, v, *, lam: float = 0.0, loss="square", D=None) -> torch.Tensor:
-    """H v without forming H (brief §5.1): HV = (1/n) Xᵀ[(D_i (XV)_i)_i] + λV, two reads of X.
+    """Matrix-free Hessian-vector product (brief §5.1), H = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λI, computed as
 
-    ``v`` is [..., d, m] (returned in the same shape) or [..., m·d] neuron-major (returned as such). Leading dims
-    of Theta [.., d, m], X [.., n, d], y [.., n] broadcast. Pass precomputed weights ``D`` [.., n, m, m] to reuse them.
+    HV = (1/n) Xᵀ [ (D_i (XV)_i)_i ] + λV   (two reads of X, no md×md matrix).
+
+    Parameters
+    ----------
+    Theta : tensor [.., d, m]
+    X : tensor [.., n, d]
+    y : tensor [.., n]
+    act, a, b, loss
+        As in ``multiindex.per_sample_F``.
+    v : tensor [..., d, m] or [..., m·d]
+        Vector(s); the neuron-major flat layout is returned flat, the matrix layout as a matrix.
+    lam : float
+        Ridge λ.
+    D : tensor [.., n, m, m], optional
+        Precomputed Hessian weights (:func:`hessian_weights`), reused across products.
+
+    Returns
+    -------
+    tensor, the shape of ``v``
     """
     d, m = Theta.shape[-2:]
     flat = v.dim() < 2 or tuple(v.shape[-2:]) != (d, m)
@@ -58,7 +75,12 @@ def hessian_matvec(Theta, X, y, act, a, b, v, *, lam: float = 0.0, loss="square"
 
 
 def hessian_dense(Theta, X, y, act="gelu", a=None, b=None, *, lam: float = 0.0, loss="square") -> torch.Tensor:
-    """The dense H [.., md, md] = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λI, blocks H[(j,·),(l,·)] = (1/n) Xᵀ diag(D_jl) X."""
+    """The dense Hessian of brief §5.1, H = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λI, with blocks
+    H[(j,·),(l,·)] = (1/n) Xᵀ diag(D_i[j,l]) X.
+
+    Parameters are those of :func:`hessian_matvec` (without ``v``). Returns a tensor [.., m·d, m·d] (neuron-major);
+    meant for md up to a few thousand (memory n·m²·d for the einsum and (md)² for H).
+    """
     d, m = Theta.shape[-2:]
     n = X.shape[-2]
     D = hessian_weights(Theta, X, y, act, a, b, loss)

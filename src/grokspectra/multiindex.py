@@ -158,7 +158,26 @@ def per_sample_loss(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Te
 
 
 def per_sample_F(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
-    """F(u; y) = ∇_u L = ℓ'(f − y) g, g_j = a_j σ'(u_j + b_j)/m (brief §2.3). Returns [..., m]."""
+    """Per-sample gradient in the pre-activations, F(u; y) = ∇_u L = ℓ'(f − y) g with g_j = a_j σ'(u_j + b_j)/m
+    (brief §2.3; for the square loss ℓ' = f − y).
+
+    Parameters
+    ----------
+    u : tensor [..., m]
+        Pre-activations Θᵀx (any leading dims).
+    y : tensor [...]
+        Labels.
+    act : str or (σ, σ', σ'')
+        Activation (:data:`ACTIVATIONS`).
+    a, b : tensor [m] or None
+        Fixed second layer (default 1) and biases (default 0).
+    loss : str
+        ``"square"`` ½(f − y)² or ``"logcosh"`` (:data:`LOSSES`).
+
+    Returns
+    -------
+    tensor [..., m]
+    """
     pre, a, m, r, (_, l1, _), (s1, _) = _parts(u, y, act, a, b, loss)
     return l1(r)[..., None] * (a * s1(pre) / m)
 
@@ -179,7 +198,12 @@ def per_sample_FLD(u, y, act="gelu", a=None, b=None, loss="square"):
 
 
 def per_sample_D(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
-    """D(u; y) = ∇²_u L = ℓ''(f − y) g gᵀ + ℓ'(f − y) diag(a_j σ''(u_j + b_j)/m) (brief §2.3). Returns [..., m, m]."""
+    """Per-sample Hessian in the pre-activations (brief §2.3, the Hessian weight of §5.1–§5.2),
+
+    D(u; y) = ∇²_u L = ℓ''(f − y) g gᵀ + ℓ'(f − y) diag(a_j σ''(u_j + b_j)/m),  g_j = a_j σ'(u_j + b_j)/m.
+
+    Parameters are those of :func:`per_sample_F`. Returns a tensor [..., m, m] (symmetric).
+    """
     pre, a, m, r, (_, l1, l2), (s1, s2) = _parts(u, y, act, a, b, loss)
     g = a * s1(pre) / m
     D = l2(r)[..., None, None] * g[..., :, None] * g[..., None, :]
@@ -238,7 +262,25 @@ def random_orthonormal(trials, d, k, *, device, dtype, generator) -> torch.Tenso
 
 def sample_problem(d: int, n, k: int, link_, *, trials: int = 1, device="cpu", dtype=torch.float32,
                    generator=None) -> Problem:
-    """Draw x_i ~ N(0, I_d), Θ_* and y_i = φ(Θ_*ᵀx_i) (brief §2.1) for each n in ``n`` (an int or a list)."""
+    """Draw the training data of brief §2.1: x_i ~ N(0, I_d), Θ_* uniform with orthonormal columns, y_i = φ(Θ_*ᵀx_i).
+
+    Parameters
+    ----------
+    d, k : int
+        Input and latent dimension (k must equal the link's).
+    n : int or list of int
+        Sample size(s); one group per entry, δ_g = n_g/d.
+    link_ : str, callable or Link
+        See :func:`link`.
+    trials : int
+        Independent problems per group (their own Θ_*, X, y).
+    device, dtype, generator
+        Placement, precision and randomness (an int seed or a ``torch.Generator``; see :func:`make_generator`).
+
+    Returns
+    -------
+    Problem
+    """
     lk = link(link_)
     if lk.k != k:
         raise ValueError(f"link {lk.name!r} has latent dimension {lk.k}, but k={k} was given")
@@ -328,16 +370,40 @@ def risk_from_overlaps(M, Q, z, xi, y, act="gelu", a=None, b=None, loss="square"
 def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=None, lam: float = 0.0,
            loss="square", M0=None, Q0=None, Theta0=None, keep: Sequence[int] = (), n_test: int = 8192,
            return_theta: bool = False, generator=None) -> dict:
-    """Full-batch GD on the first layer (brief §2.4), batched over trials, for every group (sample size) of ``prob``.
+    """Full-batch GD on the first layer (brief §2.4), batched over trials, for every group (sample size) of ``prob``:
 
-    Θ^{t+1} = (1 − ηλ) Θ^t − η (1/n) Xᵀ F(XΘ^t; y). Each step reads X twice (XΘ and XᵀF) and records on the device,
-    without host synchronisation: M_t = Θ_*ᵀΘ^t [.., T+1, k, m], Q_t = Θ^tᵀΘ^t [.., T+1, m, m], the train risk
-    (1/n) Σ_i L(u_i^t; y_i) (without the ridge term) and the test risk on ``n_test`` fresh samples per trial
-    (:func:`fresh_latents`) [.., T+1]. Leading dims are [trials] for a single n, else [groups, trials].
+    Θ^{t+1} = (1 − ηλ) Θ^t − η (1/n) Xᵀ F(XΘ^t; y).
 
-    ``Theta0`` ([trials, d, m] or one per group) overrides the initialisation (e.g. a spectral init); otherwise
-    :func:`init_theta` with ``M0``/``Q0``. ``keep``: steps whose Θ is returned in ``out["theta"][t]``;
-    ``return_theta`` adds the final Θ as ``out["theta"][T]``.
+    Each step reads X twice (XΘ and XᵀF) and records on the device, without host synchronisation, the observables of
+    brief §2.5. Groups run one after the other, each batched over its trials.
+
+    Parameters
+    ----------
+    prob : Problem
+        From :func:`sample_problem`.
+    m, eta, T : int, float, int
+        Width, step size, number of steps.
+    act, a, b, loss
+        As in :func:`per_sample_F`.
+    lam : float
+        Ridge λ (brief §2.3).
+    M0, Q0 : array [k, m], array [m, m], optional
+        Warm start (:func:`init_theta`); random init θ_j ~ N(0, I_d/d) when both are None.
+    Theta0 : tensor [trials, d, m] or list of them (one per group), optional
+        Explicit initialisation (e.g. a spectral init on an independent sample); overrides M0/Q0.
+    keep : sequence of int
+        Steps whose Θ is returned in ``out["theta"][t]``; ``return_theta`` adds the final one.
+    n_test : int
+        Fresh test samples per trial (:func:`fresh_latents`).
+    generator
+        Seed or generator for the initialisation and the test samples.
+
+    Returns
+    -------
+    dict
+        ``M`` [.., T+1, k, m] = Θ_*ᵀΘ^t, ``Q`` [.., T+1, m, m] = Θ^tᵀΘ^t, ``train`` [.., T+1] = (1/n) Σ_i L(u_i^t; y_i)
+        (without the ridge term), ``test`` [.., T+1] (fresh data), ``theta`` {t: Θ^t}. Leading dims are [trials] for a
+        single n, else [groups, trials] (and ``theta[t]`` is then a list over groups).
     """
     if T < 0 or eta <= 0:
         raise ValueError(f"need T >= 0 and eta > 0; got T={T}, eta={eta}")
