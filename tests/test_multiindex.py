@@ -99,9 +99,9 @@ def test_latent_test_risk_matches_a_fresh_test_set():
     z, xi, y = mi.fresh_latents(k, m, 20000, "pr_clip", device="cpu", dtype=F64, generator=g)
     M, Q = Ts.T @ Th, Th.T @ Th
     r2 = mi.risk_from_overlaps(M, Q, z, xi, y, "gelu")
-    u = z @ M + xi @ torch.linalg.cholesky(Q - M.T @ M).T
+    u = z @ M + xi @ torch.linalg.cholesky(Q - M.T @ M).T  # another square root of Q − MᵀM: same law
     L2 = mi.per_sample_loss(u, y, "gelu")
-    assert math.isclose(r2.item(), L2.mean().item(), rel_tol=1e-6)
+    assert abs(r2.item() - L2.mean().item()) < 5 * math.sqrt(2 * L2.var().item() / 20000)
     se = math.sqrt(L1.var().item() / 20000 + L2.var().item() / 20000)
     assert abs(L1.mean().item() - r2.item()) < 5 * se
 

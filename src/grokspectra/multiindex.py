@@ -355,15 +355,13 @@ def fresh_latents(k: int, m: int, n_test: int, link_, *, device, dtype, generato
 
 
 def risk_from_overlaps(M, Q, z, xi, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
-    """Test risk E L(u; y) with u = zM + ξ chol(Q − MᵀM)ᵀ, batched over the leading dims of M [.., k, m], Q [.., m, m].
-    A tiny jitter keeps the Cholesky factor defined when Q − MᵀM is singular (no host synchronisation)."""
-    m = Q.shape[-1]
-    Qp = Q - M.transpose(-1, -2) @ M
-    Qp = 0.5 * (Qp + Qp.transpose(-1, -2))
-    eye = torch.eye(m, device=Q.device, dtype=Q.dtype)
-    jit = 1e-7 * (torch.diagonal(Q, dim1=-2, dim2=-1).abs().mean(-1)[..., None, None] + 1e-12)
-    L, _ = torch.linalg.cholesky_ex(Qp + jit * eye)
-    u = z @ M + xi @ L.transpose(-1, -2)  # [.., n_test, m]
+    """Test risk E L(u; y) with u = zM + ξ Sᵀ, S Sᵀ = Q − MᵀM, batched over the leading dims of M [.., k, m] and
+    Q [.., m, m]. S = V diag(√max(w, 0)) from the float64 eigendecomposition of Q − MᵀM, so rounding that makes
+    Q − MᵀM slightly indefinite (well-aligned Θ in float32) cannot produce NaNs; no host synchronisation."""
+    Qp = (Q - M.transpose(-1, -2) @ M).double()
+    w, V = torch.linalg.eigh(0.5 * (Qp + Qp.transpose(-1, -2)))
+    S = (V * w.clamp(min=0.0).sqrt().unsqueeze(-2)).to(Q.dtype)
+    u = z @ M + xi @ S.transpose(-1, -2)  # [.., n_test, m]
     return per_sample_loss(u, y, act, a, b, loss).mean(-1)
 
 
