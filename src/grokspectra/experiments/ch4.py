@@ -143,27 +143,53 @@ def sweep(p: dict, device: torch.device) -> dict:
     return out
 
 
+def extreme_eigvecs(H: torch.Tensor, which: str = "top", k: int = 1):
+    """The k largest ("top") or smallest ("bottom") eigenpairs of a batch of symmetric matrices H [B, n, n]:
+    ``(evals [B, k], evecs [B, n, k])``, ascending. On the GPU a batched ``torch.linalg.eigh``; on the CPU LAPACK's
+    ``syevr`` restricted to the wanted indices (``scipy.linalg.eigh(subset_by_index=…)``, one call per matrix),
+    which skips the full eigenvector back-transform."""
+    B, n, _ = H.shape
+    if H.device.type != "cpu":
+        w, V = torch.linalg.eigh(H)
+        sl = slice(n - k, n) if which == "top" else slice(0, k)
+        return w[:, sl], V[:, :, sl]
+    from scipy import linalg as sla
+
+    idx = [n - k, n - 1] if which == "top" else [0, k - 1]
+    Hn = H.detach().double().numpy()
+    ws, Vs = zip(*(sla.eigh(Hn[b], subset_by_index=idx) for b in range(B)))
+    return (torch.from_numpy(np.stack(ws)).to(H.dtype), torch.from_numpy(np.stack(Vs)).to(H.dtype))
+
+
+def lal_trimmed(y, floor: float = -10.0):
+    """Luo–Alghamdi–Lu preprocessing T*(y) = 1 − 1/y (brief §7), trimmed below at ``floor`` so that the spectral
+    matrix stays finite for y → 0 (it only moves the bottom of the spectrum; the top outlier is what we use)."""
+    return torch.clamp(sp.luo_alghamdi_lu_T(y), min=floor)
+
+
 def spectral_dense(Theta_star, link_, n_spec: int, preprocess, *, generator) -> torch.Tensor:
     """Top eigenvector [trials, d] of (1/n) Σ_i T(y_i) x_i x_iᵀ on n_spec fresh samples (brief §7), by a dense
-    batched ``eigh``: the exact spectral estimator that ``multiindex.spectral_direction`` approximates by power
-    iteration (same sampling order, so the same generator state gives the same data; tests compare the two)."""
+    eigensolver (:func:`extreme_eigvecs`, float64): the exact spectral estimator that
+    ``multiindex.spectral_direction`` approximates by power iteration (same sampling order, so the same generator
+    state gives the same data; the tests compare the two)."""
     lk = mi.link(link_)
     trials, d, k = Theta_star.shape
     X = torch.randn(trials, n_spec, d, device=Theta_star.device, dtype=Theta_star.dtype, generator=generator)
     eps = torch.randn(trials, n_spec, device=X.device, dtype=X.dtype, generator=generator) if lk.noise else None
-    Tn = preprocess(lk(X @ Theta_star, eps))
+    Tn = preprocess(lk(X @ Theta_star, eps)).double()
+    X = X.double()
     C = X.transpose(1, 2) @ (Tn[..., None] * X) / n_spec
     if not bool(torch.isfinite(C).all()):
         raise ValueError(f"spectral matrix is not finite at n = {n_spec}, d = {d} (a pole of the preprocessing?)")
-    return torch.linalg.eigh(C)[1][..., -1]
+    return extreme_eigvecs(C, "top")[1][..., 0].to(Theta_star.dtype)
 
 
 @experiment(SECTION, keys=["link", "clip", "d_list", "spec_deltas", "seeds", "seed", "dtype"],
             modules=MODULES)
 def spectral_curve(p: dict, device: torch.device) -> dict:
     """The spectral method's own finite-d curve (brief §7): |cos(v, θ_*)| [d, δ, seed] of the top eigenvector v of
-    (1/n) Σ_i T_δ(y_i) x_i x_iᵀ with the Mondelli–Montanari preprocessing T_δ(y) = (y₊ − 1)/(y₊ + √δ − 1), by
-    dense eigendecomposition (:func:`spectral_dense`) on n = δd fresh samples."""
+    (1/n) Σ_i T(y_i) x_i x_iᵀ with the (trimmed) Luo–Alghamdi–Lu preprocessing :func:`lal_trimmed`, by a dense
+    eigensolver (:func:`spectral_dense`) on n = δd fresh samples."""
     dt = get_dtype(p["dtype"])
     lk = make_link(p)
     cos = []
@@ -174,7 +200,7 @@ def spectral_curve(p: dict, device: torch.device) -> dict:
         for dl in p["spec_deltas"]:
             n = max(1, round(dl * d))
             Ts = mi.random_orthonormal(p["seeds"], d, 1, device=device, dtype=dt, generator=gen)
-            v = spectral_dense(Ts, lk, n, lambda y, q=n / d: sp.mondelli_montanari_T(y, q), generator=gen)
+            v = spectral_dense(Ts, lk, n, lal_trimmed, generator=gen)
             row.append((v[..., None, :] @ Ts).reshape(-1).abs())
         cos.append(torch.stack(row))
     return {"cos": torch.stack(cos).cpu().numpy(), "deltas": np.asarray(p["spec_deltas"], float)}
@@ -186,7 +212,9 @@ def init_compare(p: dict, device: torch.device) -> dict:
     """Random vs warm (spectral, sample-split) initialisation of the first student at d = ``init_d``.
 
     Warm init (brief §2.6): θ_j = ±v/√2 + w_j/√2 for m > 1 (θ = v for m = 1), v the spectral direction computed
-    on an independent sample of the same size n (so the training data stay independent of Θ^0), w_j ~ N(0, I/d).
+    on an independent sample of the same size n (so the training data stay independent of Θ^0), w_j ~ N(0, I/d),
+    with the Mondelli–Montanari preprocessing T_δ(y) = (y₊ − 1)/(y₊ + √δ − 1) (bounded for δ ≥ 1, which keeps the
+    power iteration's shift small), by ``multiindex.spectral_direction``.
     Arrays [init (0 random, 1 warm), δ, seed, T+1]: ``cos``, ``test``, ``train``; ``cos_spec0`` [δ, seed].
     """
     dt = get_dtype(p["dtype"])
@@ -303,3 +331,28 @@ def dnn_linearised(p: dict, device: torch.device) -> dict:
         cross.append(linearised_crossing(p["dnn_deltas"], r_s, p["dnn_rmin"]))
     return {"rate": np.asarray(rate), "M": np.asarray(Ms), "train": np.asarray(trs), "test": np.asarray(tes),
             "delta_lin": np.asarray(cross), "deltas": np.asarray(p["dnn_deltas"], float)}
+
+
+def bench_gd(device="auto", quick: bool = False) -> dict:
+    """Throughput of the batched GD sweep (the chapter's hot loop): seeds × δ groups of Quad m = 1 GD at one d."""
+    import time
+
+    from ..device import get_device, synchronize
+
+    dev = get_device(device)
+    d, seeds, T = (200, 4, 50) if quick else (1000, 8, 200)
+    deltas = [4.0, 6.0, 8.0]
+    lk = mi.link("pr_clip", c=6.0)
+    prob = mi.sample_problem(d, [round(x * d) for x in deltas], 1, lk, trials=seeds, device=dev, generator=0)
+    mi.run_gd(prob, 1, 0.1, 5, act="quad", n_test=1024, generator=1)  # warm-up
+    synchronize(dev)
+    t0 = time.perf_counter()
+    mi.run_gd(prob, 1, 0.1, T, act="quad", n_test=1024, generator=1)
+    synchronize(dev)
+    wall = time.perf_counter() - t0
+    rows = sum(prob.n) * seeds
+    return {"device": str(dev), "d": d, "seeds": seeds, "deltas": deltas, "steps": T, "wall_s": wall,
+            "steps_per_s": T / wall, "GB_per_s_X_reads": 2 * rows * d * 4 * T / wall / 1e9}
+
+
+BENCHMARKS = {"phase_retrieval_gd": bench_gd}

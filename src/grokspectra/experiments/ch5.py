@@ -21,7 +21,7 @@ from .. import transitions as tr
 from ..device import get_dtype
 from ..params import Param, Schema
 from . import experiment
-from .ch4 import hard_cos, parse_student
+from .ch4 import extreme_eigvecs, hard_cos, parse_student
 
 SECTION = "ch5_grokking"
 
@@ -58,13 +58,17 @@ def _link(p):
 
 
 def snapshot_spectrum(theta: torch.Tensor, X, y, Ts, act: str, k: int = 2) -> dict:
-    """Lowest ``k`` Hessian eigenpairs at Θ (batched over trials, dense, float64; brief §5.1) and, for the lowest,
+    """Lowest ``k`` Hessian eigenpairs at Θ (batched over trials, exact dense H of ``hessian.hessian_dense`` in
+    float64; brief §5.1; ``hessian.lowest_eigpairs`` on the GPU) and, for the lowest,
     its weight on span(θ_*) ⊗ R^m (``hessian.overlap_with``) and the weight of Θ on that eigenvector.
 
     Returns numpy arrays [trials]: ``lam`` (λ_min), ``lam2`` (second lowest), ``ov`` (|P_* v|²), ``mv``
     (|⟨v, vec Θ⟩| / ‖Θ‖_F, the component of the weights along the outlier direction)."""
     Th, X64, y64, T64 = theta.double(), X.double(), y.double(), Ts.double()
-    w, V = hs.lowest_eigpairs(Th, X64, y64, act, k=k, method="dense")
+    if Th.device.type == "cpu":  # LAPACK syevr on the k wanted pairs only (much faster than a full eigh on the CPU)
+        w, V = extreme_eigvecs(hs.hessian_dense(Th, X64, y64, act), "bottom", k)
+    else:
+        w, V = hs.lowest_eigpairs(Th, X64, y64, act, k=k, method="dense")
     v = V[..., 0]  # [trials, m d], neuron-major
     ov = hs.overlap_with(v, T64)
     vecT = hs.mat_to_vec(Th)
