@@ -55,7 +55,22 @@ class SuccessFit:
 
 
 def wilson_interval(k, n, z: float = 1.959963984540054):
-    """Wilson score interval for a binomial proportion k/n (Wilson 1927); arrays broadcast. Returns (lo, hi)."""
+    """Wilson score interval for a binomial proportion (Wilson 1927).
+
+    Implements p̃ ± z √(p(1−p)/n + z²/4n²) / (1 + z²/n) with p̃ = (p + z²/2n)/(1 + z²/n), p = k/n.
+
+    Parameters
+    ----------
+    k, n : array_like
+        Successes and trials (broadcast), 0 ≤ k ≤ n, n > 0.
+    z : float
+        Normal quantile (default: 95% two-sided).
+
+    Returns
+    -------
+    lo, hi : ndarray
+        The interval's ends.
+    """
     k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
     if np.any(n <= 0) or np.any(k < 0) or np.any(k > n):
         raise ValueError(f"need 0 <= k <= n and n > 0, got k={k}, n={n}")
@@ -67,17 +82,34 @@ def wilson_interval(k, n, z: float = 1.959963984540054):
 
 
 def fit_success_curve(x, k, n, *, firth: bool = True, tol: float = 1e-10, max_iter: int = 200) -> SuccessFit:
-    """Fit the logistic success curve to k successes out of n runs at each x (grouped logistic regression).
+    """Fit the logistic success curve P(δ) = 1/(1 + exp(−(δ − loc)/width)) (chapter 4, eq. ch4-logistic).
 
-    The model is logit P = β0 + β1 x, so loc = −β0/β1 and width = 1/β1. With ``firth`` the score is Firth's
-    modified score U*(β) = Σ_i x_i (k_i − n_i p_i + h_i (½ − p_i)), h_i the leverages of the weighted design
-    (Firth 1993), which removes the O(1/n) bias of the MLE and keeps the estimate finite for perfectly separated
-    data (all failures below some δ, all successes above). Solved by Newton's method on the Fisher information
-    Σ n_i p_i(1−p_i) (1, x_i)(1, x_i)ᵀ; standard errors by the delta method on its inverse.
+    Grouped logistic regression logit P = β0 + β1 x, so loc = −β0/β1 and width = 1/β1. With ``firth`` the score
+    is Firth's modified score U*(β) = Σ_i x_i (k_i − n_i p_i + h_i (½ − p_i)), h_i the leverages of the weighted
+    design (Firth 1993), which removes the O(1/n) bias of the MLE and keeps the estimate finite for perfectly
+    separated data (all failures below some δ, all successes above). Solved by Newton's method on the Fisher
+    information Σ n_i p_i(1−p_i) (1, x_i)(1, x_i)ᵀ.
 
-    Raises ``ValueError`` for bad input or data without both successes and failures, and :class:`FitError` when
-    the iteration does not converge (without ``firth``: separated data, where the MLE slope is infinite) or the
-    fitted curve decreases.
+    Parameters
+    ----------
+    x, k, n : array_like
+        Grid (≥ 2 distinct values), successes and runs per grid point.
+    firth : bool
+        Use Firth's bias-reduced score (default) instead of the plain MLE.
+    tol, max_iter : float, int
+        Newton step tolerance and iteration cap.
+
+    Returns
+    -------
+    SuccessFit
+        loc, width and their standard errors (delta method on the inverse Fisher information), the deviance.
+
+    Raises
+    ------
+    ValueError
+        Bad input, or data without both successes and failures (no transition on the grid).
+    FitError
+        Newton does not converge (without ``firth``: separated data, infinite MLE slope), or the curve decreases.
     """
     x, k, n = (np.asarray(v, dtype=float).ravel() for v in (x, k, n))
     if not (x.shape == k.shape == n.shape) or x.size < 2:
@@ -161,11 +193,24 @@ def _size_feature(d, form: str):
 
 
 def fit_finite_size(d, value, se=None, *, form: str = "inv_log") -> FiniteSizeFit:
-    """Weighted least-squares fit of value(d) = limit + slope · g(d) (brief §8: log-d finite-size shifts).
+    """Weighted least-squares fit of δ_c(d) = δ_c(∞) + c · g(d) (chapter 4, eq. ch4-fss; brief §8: log-d
+    finite-size shifts, as in Bonnaire et al.).
 
-    ``se`` are the standard errors of ``value`` (weights 1/se²); without them all points weigh the same and the
-    parameter errors are scaled by the residual variance (they are nan with exactly two points). With ``se``
-    the errors are the textbook WLS ones (Σ = (AᵀWA)⁻¹), exact when the se are the true noise levels.
+    Parameters
+    ----------
+    d, value : array_like
+        Sizes (> 1, ≥ 2 distinct) and the fitted quantity at each size.
+    se : array_like, optional
+        Standard errors of ``value`` (weights 1/se²). Without them all points weigh the same and the parameter
+        errors are scaled by the residual variance (nan with exactly two points); with them the errors are the
+        textbook WLS ones, Σ = (AᵀWA)⁻¹, exact when the se are the true noise levels.
+    form : {"inv_log", "inv_sqrt"}
+        g(d) = 1/log d or d^{-1/2}.
+
+    Returns
+    -------
+    FiniteSizeFit
+        limit = δ_c(∞), slope = c, their standard errors.
     """
     d, v = np.asarray(d, dtype=float).ravel(), np.asarray(value, dtype=float).ravel()
     if d.shape != v.shape or d.size < 2 or np.unique(d).size < 2:
@@ -213,12 +258,27 @@ def fit_power_law(x, y):
 
 
 def first_crossing(t, y, level, *, direction: str = "up", after=None):
-    """First time each trajectory crosses ``level``, linearly interpolated between recorded steps.
+    """First time each trajectory crosses ``level`` (escape / grokking time, brief §9), linearly interpolated
+    between recorded steps: t* = t_{i−1} + (level − y_{i−1})/(y_i − y_{i−1}) (t_i − t_{i−1}).
 
-    ``t`` [T] increasing, ``y`` [..., T]; ``level`` a scalar or an array broadcasting to y[..., 0];
-    ``direction`` "up" (y rises to ≥ level) or "down" (falls to ≤ level); ``after`` (scalar or per-trajectory)
-    ignores crossings before that time. Returns [...] floats, nan where the level is never crossed. A trajectory
-    already past the level at its first admissible time gets that time.
+    Parameters
+    ----------
+    t : array_like [T]
+        Increasing recording times.
+    y : array_like [..., T]
+        Trajectories (batched over leading dims).
+    level : float or array_like
+        Scalar or per-trajectory level (broadcasting to y[..., 0]).
+    direction : {"up", "down"}
+        Rise to ≥ level, or fall to ≤ level.
+    after : float or array_like, optional
+        Ignore crossings before this time (per trajectory allowed).
+
+    Returns
+    -------
+    ndarray [...]
+        Crossing times; nan where the level is never crossed. A trajectory already past the level at its first
+        admissible time gets that time.
     """
     t = np.asarray(t, dtype=float)
     y = np.asarray(y, dtype=float)
@@ -249,9 +309,24 @@ def first_crossing(t, y, level, *, direction: str = "up", after=None):
 
 
 def growth_rate(t, overlap, t_lo: float, t_hi: float):
-    """Per-step exponential growth rate r of |overlap| on [t_lo, t_hi]: least-squares slope of log|overlap|
-    against t, batched over leading dims ([..., T] → [...]). On a negative-curvature direction GD multiplies the
-    overlap by (1 + η|λ|) per step (brief §9), so r = log(1 + η|λ|)."""
+    """Per-step exponential growth rate r of |overlap| on [t_lo, t_hi] (brief §9: along a negative-curvature
+    direction GD multiplies the overlap by (1 + η|λ|) per step, so r = log(1 + η|λ|); brief §12.4 for the
+    linearised DMFT).
+
+    Parameters
+    ----------
+    t : array_like [T]
+        Recording times.
+    overlap : array_like [..., T]
+        Trajectories (non-zero on the window).
+    t_lo, t_hi : float
+        Window (needs ≥ 2 recorded times).
+
+    Returns
+    -------
+    ndarray [...]
+        Least-squares slope of log|overlap| against t.
+    """
     t = np.asarray(t, dtype=float)
     y = np.log(np.abs(np.asarray(overlap, dtype=float)))
     sel = (t >= t_lo) & (t <= t_hi)
@@ -263,9 +338,25 @@ def growth_rate(t, overlap, t_lo: float, t_hi: float):
 
 
 def predicted_escape_time(lam, eta: float, m0, m_target: float = 0.5):
-    """Steps for the hard overlap to grow from m0 to m_target along an eigen-direction of eigenvalue ``lam`` < 0:
-    t = log(m_target / m0) / log(1 + η|λ|) (brief §9; ≈ log d / (2η|λ|) when m0 = d^{-1/2} and η|λ| ≪ 1).
-    Infinite for λ ≥ 0 (no unstable direction)."""
+    """Escape time along an unstable Hessian direction (brief §9; chapter 5, eq. ch5-tgrok):
+    t = log(m_target / m0) / log(1 + η|λ|), ≈ log d / (2η|λ|) when m0 = d^{-1/2} and η|λ| ≪ 1.
+
+    Parameters
+    ----------
+    lam : array_like
+        Hessian eigenvalue(s) of the direction.
+    eta : float
+        GD step size (> 0).
+    m0 : array_like
+        Initial overlap along the direction (> 0).
+    m_target : float
+        Overlap to reach.
+
+    Returns
+    -------
+    ndarray
+        Steps (≥ 0); infinite where λ ≥ 0 (no unstable direction).
+    """
     lam = np.asarray(lam, dtype=float)
     m0 = np.asarray(m0, dtype=float)
     if eta <= 0 or np.any(m0 <= 0) or m_target <= 0:
@@ -296,11 +387,30 @@ class DivergenceFit:
 
 
 def fit_divergence(delta, t, *, delta_c: float | None = None, exponent: float | None = None) -> DivergenceFit:
-    """Fit log t = log A − ν log(δ − δ_c) by least squares (in log t, so relative errors weigh equally).
+    """Fit the divergence of the time to grok, t(δ) = A (δ − δ_c)^{−ν} (chapter 5; brief §9: t → ∞ as
+    δ ↓ δ_NN), by least squares in log t (relative errors weigh equally).
 
-    With ``delta_c`` given (e.g. the predicted δ_NN) only A and ν are fitted (linear); with ``exponent`` also
-    given only A is fitted. Otherwise δ_c is fitted under δ_c < min δ (needs >= 4 points for an error).
-    Raises :class:`FitError` if the nonlinear solver fails.
+    Parameters
+    ----------
+    delta, t : array_like
+        Sample ratios and (positive, finite) times.
+    delta_c : float, optional
+        Fix the threshold (e.g. the predicted δ_NN): then A and ν are fitted linearly.
+    exponent : float, optional
+        With ``delta_c``, fix ν too (only A is fitted).
+
+    Returns
+    -------
+    DivergenceFit
+        δ_c, ν, A, the standard errors of δ_c and ν (Gauss–Newton covariance scaled by the residual variance;
+        needs ≥ 4 points when δ_c is free), and the rms residual of log t.
+
+    Raises
+    ------
+    ValueError
+        Bad input (δ ≤ fixed δ_c, fewer than 3 points with δ_c free).
+    FitError
+        The bounded nonlinear least-squares solver fails from every start.
     """
     x, y = np.asarray(delta, dtype=float).ravel(), np.asarray(t, dtype=float).ravel()
     if x.shape != y.shape or x.size < 2 or np.any(~np.isfinite(y)) or np.any(y <= 0):
