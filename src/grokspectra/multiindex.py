@@ -307,6 +307,7 @@ def init_theta(Theta_star, m: int, *, M0=None, Q0=None, generator=None) -> torch
     """
     trials, d, k = Theta_star.shape
     dev, dt = Theta_star.device, Theta_star.dtype
+    generator = make_generator(generator, dev)
     W = torch.randn(trials, d, m, device=dev, dtype=dt, generator=generator) / math.sqrt(d)
     if M0 is None and Q0 is None:
         return W
@@ -328,6 +329,7 @@ def spectral_direction(Theta_star, link_, n_spec: int, preprocess: Callable, *, 
     lk = link(link_)
     trials, d, k = Theta_star.shape
     dev, dt = Theta_star.device, Theta_star.dtype
+    generator = make_generator(generator, dev)
     X = torch.randn(trials, n_spec, d, device=dev, dtype=dt, generator=generator)
     eps = torch.randn(trials, n_spec, device=dev, dtype=dt, generator=generator) if lk.noise else None
     Tn = preprocess(lk(X @ Theta_star, eps))
