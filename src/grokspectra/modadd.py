@@ -109,6 +109,15 @@ def hidden(W: torch.Tensor, a: torch.Tensor, b: torch.Tensor, act: str) -> torch
     return act_fn(act, Wt[..., a.to(W.device), :] + Wt[..., M + b.to(W.device), :], inplace=True)
 
 
+def mul_act_grad_(name: str, dH: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """dH ← dH ∘ σ'(z) in place (x² and ReLU without temporaries of the size of z)."""
+    if name == "x2":
+        return dH.mul_(z).mul_(2)
+    if name == "relu":
+        return dH.masked_fill_(z <= 0, 0)
+    return dH.mul_(act_grad(name, z))
+
+
 # --- loss ------------------------------------------------------------------------------------------------------
 def tian_loss(out: torch.Tensor, y: torch.Tensor, M: int) -> torch.Tensor:
     """Tian's MSE (brief §1): mean over samples of ‖o_c‖² − 2(o_c)_y + (1 − 1/M), o_c = o − mean over classes.
@@ -121,8 +130,8 @@ def tian_loss(out: torch.Tensor, y: torch.Tensor, M: int) -> torch.Tensor:
 
 
 # --- Gram diagnostics ------------------------------------------------------------------------------------------
-def gram_stats(F: torch.Tensor, G: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Gram diagnostics of the training activations F ``[R, n, K]`` given G = FᵀF ``[R, K, K]`` (brief §3.1, §3.6).
+def gram_stats(F: torch.Tensor, blocks: int = 2) -> dict[str, torch.Tensor]:
+    """Gram diagnostics of the training activations F ``[R, n, K]`` (brief §3.1, §3.6), from G = FᵀF.
 
     * ``ftf_ratio`` = mean|offdiag(F̃ᵀF̃)| / mean|diag(F̃ᵀF̃)|, F̃ = P₁^⊥F, using F̃ᵀF̃ = FᵀF − s sᵀ/n, s = Fᵀ𝟙.
     * ``rho_code`` (Xu's ``fft_dist_from_ideal`` = Tian's ``fit_diag_11`` on the raw kernel A = FFᵀ):
@@ -131,21 +140,29 @@ def gram_stats(F: torch.Tensor, G: torch.Tensor) -> dict[str, torch.Tensor]:
 
     The n×n kernel is never formed: ‖A‖_F = ‖FᵀF‖_F, tr A = ‖F‖², 𝟙ᵀA𝟙 = ‖s‖², ‖P₁^⊥A‖² = ‖A‖² − ‖Fs‖²/n,
     tr P₁^⊥A = tr A − ‖s‖²/n and 𝟙ᵀP₁^⊥A𝟙 = 0; with ⟨I, 𝟙𝟙ᵀ⟩ = n and ‖𝟙𝟙ᵀ‖² = n² the squared residual of
-    a fit cI + o𝟙𝟙ᵀ to a matrix X is ‖X‖² − 2c trX − 2o 𝟙ᵀX𝟙 + c²n + 2co n + o²n². Scalars are combined in float64.
+    a fit cI + o𝟙𝟙ᵀ to a matrix X is ‖X‖² − 2c trX − 2o 𝟙ᵀX𝟙 + c²n + 2co n + o²n². G is symmetric, so only its
+    ``blocks``·(``blocks``+1)/2 upper block tiles are computed (3/4 of the product for 2 blocks), one at a time;
+    scalars are accumulated in float64.
     """
-    n, K = F.shape[-2], F.shape[-1]
+    R, n, K = F.shape
     s = F.sum(-2)  # [R, K]
-    diag = torch.diagonal(G, dim1=-2, dim2=-1)
     s64 = s.double()
-    trA = diag.double().sum(-1)
     S = s64.square().sum(-1)
-    A2 = G.double().square().sum((-2, -1)) if G.dtype != torch.float64 else G.square().sum((-2, -1))
+    trA = torch.linalg.vector_norm(F.reshape(R, -1), dim=-1).double().square()
     Fs2 = torch.bmm(F, s.unsqueeze(-1)).squeeze(-1).double().square().sum(-1)
-    # centred Gram F̃ᵀF̃ (in place on G's copy would destroy G; G is a scratch buffer owned by the caller)
-    Gt = G.sub_(s.unsqueeze(-1) * s.unsqueeze(-2) / n)
-    dt = torch.diagonal(Gt, dim1=-2, dim2=-1).abs()
-    abs_all = Gt.abs().sum((-2, -1)).double()
-    abs_diag = dt.double().sum(-1)
+    edges = [round(i * K / blocks) for i in range(blocks + 1)]
+    A2 = torch.zeros(R, dtype=torch.float64, device=F.device)
+    abs_all, abs_diag = torch.zeros_like(A2), torch.zeros_like(A2)
+    for i in range(blocks):
+        Fi = F[..., edges[i]:edges[i + 1]].transpose(1, 2)
+        for j in range(i, blocks):
+            w = 1.0 if i == j else 2.0
+            Gb = torch.bmm(Fi, F[..., edges[j]:edges[j + 1]])
+            A2 += w * torch.linalg.vector_norm(Gb.reshape(R, -1), dim=-1).double().square()
+            Gb.baddbmm_(s[:, edges[i]:edges[i + 1], None], s[:, None, edges[j]:edges[j + 1]], alpha=-1.0 / n)
+            abs_all += w * torch.linalg.vector_norm(Gb.reshape(R, -1), ord=1, dim=-1).double()
+            if i == j:
+                abs_diag += torch.diagonal(Gb, dim1=-2, dim2=-1).abs().sum(-1).double()
     ftf = (abs_all - abs_diag) / (K * (K - 1)) / (abs_diag / K)
 
     def fit_resid(X2, trX, sumX):
@@ -316,13 +333,24 @@ def _train_chunk(M, K, n, act, etas, seeds, epochs, *, lr, device, dtype, gram_e
     grid = torch.empty(R, M, M, K, **kw)  # pre-activations, then activations, of all M² pairs
     H = grid.view(R, M2, K)
     O = torch.empty(R, M2, M, **kw)
-    G = torch.empty(R, K, K, **kw) if gram_ep else None
+    Z_tr = torch.empty(R, n, K, **kw)  # training pre-activations (rows of the grid)
+    F_tr = torch.empty(R, n, K, **kw)  # training activations F
+    dZ = torch.empty(R, n, K, **kw)
+    gW = torch.empty_like(Wt)
+    gV = torch.empty_like(V)
+    bufW, bufV = torch.empty(2, *Wt.shape, **kw), torch.empty(2, *V.shape, **kw)
     prevW = prevV = None
 
     for t in progress.bar(range(T), desc=f"modadd {act} x{R}") if show else range(T):
         # ---- forward on all M² pairs (state after t steps) ----
         torch.add(Wt[:, :M, None, :], Wt[:, None, M:, :], out=grid)
-        act_fn(act, grid, inplace=True) if act != "gelu" else grid.copy_(act_fn(act, grid))
+        torch.index_select(H.view(R * M2, K), 0, fp_tr, out=Z_tr.view(R * n, K))
+        if act == "gelu":
+            grid.copy_(act_fn(act, grid))
+        else:
+            act_fn(act, grid, inplace=True)
+        F_tr.copy_(Z_tr)
+        act_fn(act, F_tr, inplace=True) if act != "gelu" else F_tr.copy_(act_fn(act, Z_tr))
         torch.bmm(H, V.transpose(1, 2), out=O)
         oc = O - O.mean(-1, keepdim=True)
         per_pair = oc.square().sum(-1) - 2 * oc.gather(-1, y_all.view(1, M2, 1).expand(R, M2, 1)).squeeze(-1) + (1 - 1 / M)
@@ -341,13 +369,9 @@ def _train_chunk(M, K, n, act, etas, seeds, epochs, *, lr, device, dtype, gram_e
             for i in keep_slot[t]:
                 W_at[i] = Wt.transpose(1, 2)
                 V_at[i] = V
-        Wflat = Wt.view(R * 2 * M, K)
-        Z_tr = (Wflat.index_select(0, fa_tr) + Wflat.index_select(0, fb_tr)).view(R, n, K)
-        F_tr = H.reshape(R * M2, K).index_select(0, fp_tr).view(R, n, K)  # training activations
         if t in gslot:
             j = gslot[t]
-            torch.bmm(F_tr.transpose(1, 2), F_tr, out=G)
-            st = gram_stats(F_tr, G)
+            st = gram_stats(F_tr)
             glog["gf_norm"][:, j] = gf
             for k_, v_ in st.items():
                 glog[k_][:, j] = v_
@@ -355,21 +379,23 @@ def _train_chunk(M, K, n, act, etas, seeds, epochs, *, lr, device, dtype, gram_e
             break
         # ---- backward on the n training pairs: dL/dO = 2(o_c − (e_y − 𝟙/M)) / n ----
         dO = (2.0 / n) * (O_tr - O_tr.mean(-1, keepdim=True) - Yzm)
-        gV = torch.bmm(dO.transpose(1, 2), F_tr)  # [R, M, K]
-        dZ = torch.bmm(dO, V).mul_(act_grad(act, Z_tr))  # [R, n, K]
-        gW = torch.bmm(XT, dZ)  # [R, 2M, K]: column sums of dZ per operand value (one GEMM, no atomics)
+        torch.bmm(dO.transpose(1, 2), F_tr, out=gV)  # [R, M, K]
+        mul_act_grad_(act, torch.bmm(dO, V, out=dZ), Z_tr)  # [R, n, K]
+        torch.bmm(XT, dZ, out=gW)  # [R, 2M, K]: column sums of dZ per operand value (one GEMM, no atomics)
         # ---- Adam with coupled weight decay (torch.optim.Adam, weight_decay=η), step number t+1 ----
         step = t + 1
         bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
-        oldW, oldV = Wt.clone(), V.clone()
+        oldW, oldV = bufW[step % 2], bufV[step % 2]  # alternate: the other slot holds the previous update
+        oldW.copy_(Wt)
+        oldV.copy_(V)
         for p_, g_, m_, v_ in ((Wt, gW, mW, vW), (V, gV, mV, vV)):
-            g_.add_(p_ * eta)
+            g_.addcmul_(p_, eta)
             m_.lerp_(g_, 1 - b1)
             v_.mul_(b2).addcmul_(g_, g_, value=1 - b2)
-            denom = (v_.sqrt() / math.sqrt(bc2)).add_(ADAM_EPS)
+            denom = v_.sqrt().div_(math.sqrt(bc2)).add_(ADAM_EPS)
             p_.addcdiv_(m_, denom, value=-lr / bc1)
-        dW = (Wt - oldW).view(R, P)
-        dV = (V - oldV).view(R, M * K)
+        dW = oldW.sub_(Wt).neg_().view(R, P)
+        dV = oldV.sub_(V).neg_().view(R, M * K)
         if prevW is not None:
             log["update_cos"][:, step] = 1 - torch.nn.functional.cosine_similarity(dW, prevW, dim=1, eps=1e-30).double()
             log["update_cos_V"][:, step] = 1 - torch.nn.functional.cosine_similarity(dV, prevV, dim=1, eps=1e-30).double()
