@@ -150,3 +150,17 @@ def test_bad_input_raises():
         modadd.train(M, K, N, "x2", [0.0, 1.0], [0], 2, progress=False)
     with pytest.raises(ValueError, match="keep_F_epochs"):
         modadd.train(M, K, N, "x2", [0.0], [0], 2, keep_F_epochs=[3], progress=False)
+
+
+@pytest.mark.parametrize("blocks", [1, 2, 3])
+def test_gram_stats_blocked_equals_dense(blocks):
+    """The tiled symmetric Gram gives the same diagnostics for any number of tiles (float64, random F ≥ 0)."""
+    F = torch.randn(2, 30, 41, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).square()
+    ref = modadd.gram_stats(F, blocks=1)
+    got = modadd.gram_stats(F, blocks=blocks)
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-12, atol=0)
+    Ft = F[0] - F[0].mean(0)
+    C = Ft.T @ Ft
+    ratio = (C.abs().sum() - C.diagonal().abs().sum()) / (41 * 40) / C.diagonal().abs().mean()
+    assert math.isclose(got["ftf_ratio"][0], ratio, rel_tol=1e-12)

@@ -9,9 +9,10 @@ betas) with *coupled* weight decay η (``torch.optim.Adam(weight_decay=η)``).
 How it is computed. R runs (seeds × η, one activation per chunk) live in tensors with a leading run dimension.
 Because x is two one-hots, the pre-activation of pair (a, b) is W_{:,a} + W_{:,M+b}: the forward pass builds the
 whole M×M×K grid by one broadcast add into a preallocated buffer (train and test in one pass), applies σ in
-place and multiplies by Vᵀ (one batched GEMM). The backward pass touches only the n training pairs (rows gathered
-with ``index_select``); the pre-activation gradient is summed back onto the 2M columns of W by one batched GEMM
-with Xᵀ (``index_add_``/``scatter_add_`` were 3–10× slower on CPU, and non-deterministic on GPU).
+place and multiplies by Vᵀ (one batched GEMM). The training pre-activations are rows of that grid, gathered with
+``index_select`` before σ overwrites it; the backward pass touches only these n rows, and the pre-activation
+gradient is summed back onto the 2M columns of W by one batched GEMM with Xᵀ (``index_add_``/``scatter_add_``
+were 3–10× slower on CPU, and non-deterministic on GPU). All large buffers are allocated once per chunk.
 Gradients and the Adam update are written by hand (tested against ``torch.optim.Adam`` + autograd).
 
 Logging follows Tian: the row for epoch t describes the state after t optimiser steps, evaluated *before* step
@@ -200,12 +201,12 @@ def _per_run(x, R: int, name: str) -> list:
 def auto_chunk(M: int, K: int, n: int, band: int, device: torch.device, budget_bytes: float | None = None) -> int:
     """Runs per batched chunk so that the working set stays under a memory budget (1 GiB on CPU, 24 GiB on GPU).
 
-    Per run (float32): the M²·K activation grid, ≈4 n·K training buffers, the K×K Gram, 3·(2MK + MK) parameter
-    and Adam tensors (plus copies) and the band's B·2MK ring of past updates.
+    Per run (float32): the M²·K activation grid, ≈5 n·K training buffers, a K²/4 Gram tile, ≈8·3MK parameter,
+    gradient and Adam tensors and the band's B·3MK ring of past updates.
     """
     if budget_bytes is None:
         budget_bytes = 24 * 2**30 if device.type == "cuda" else 2**30
-    per_run = 4 * (M * M * K + M * M * M + 4 * n * K + K * K + 8 * 3 * M * K + band * 2 * M * K)
+    per_run = 4 * (M * M * K + M * M * M + 5 * n * K + K * K // 4 + 8 * 3 * M * K + band * 3 * M * K)
     return max(1, int(budget_bytes // per_run))
 
 
@@ -291,11 +292,8 @@ def _train_chunk(M, K, n, act, etas, seeds, epochs, *, lr, device, dtype, gram_e
     b_tr = torch.stack([d["b_tr"] for d in data]).to(device)
     y_tr = torch.stack([d["y_tr"] for d in data]).to(device)
     p_tr = a_tr * M + b_tr  # pair index into the grid
-    # flat row indices into [R·M², ·] and [R·2M, ·] views (index_select / index_add_ are fast on CPU and GPU)
-    off = torch.arange(R, device=device)[:, None]
-    fp_tr = (p_tr + off * M2).reshape(-1)
-    fa_tr = (a_tr + off * 2 * M).reshape(-1)  # rows of W (as [R·2M, K]) for the two operands
-    fb_tr = (M + b_tr + off * 2 * M).reshape(-1)
+    # flat row indices of the training pairs in the [R·M², ·] view of the grid (for index_select)
+    fp_tr = (p_tr + torch.arange(R, device=device)[:, None] * M2).reshape(-1)
     y_all = ((torch.arange(M, device=device)[:, None] + torch.arange(M, device=device)[None, :]) % M).reshape(-1)
     is_tr = torch.zeros(R, M2, **kw).scatter_(1, p_tr, 1.0)
     w_tr, w_te = is_tr / n, (1 - is_tr) / (M2 - n)
