@@ -64,9 +64,13 @@ def n_train(M: int, frac: float) -> int:
 
 def _spectra(out: dict, windows, dV_window: int | None = None) -> dict[str, np.ndarray]:
     """σ₁…σ₅ of the rolling ΔW Grams for each window (and of ΔV for ``dV_window``), as float64 numpy."""
-    res = {f"eigW{w}": lockin.rolling_eigs(out["dW_band"], w, K_EIGS).numpy() for w in windows}
+    def top(band, w):  # σ₁…σ₅, NaN-padded when the window has fewer than five columns
+        e = lockin.rolling_eigs(band, w, min(K_EIGS, w)).numpy()
+        return np.concatenate([e, np.full(e.shape[:-1] + (K_EIGS - e.shape[-1],), np.nan)], axis=-1)
+
+    res = {f"eigW{w}": top(out["dW_band"], w) for w in windows}
     if dV_window is not None:
-        res["eigV"] = lockin.rolling_eigs(out["dV_band"], dV_window, K_EIGS).numpy()
+        res["eigV"] = top(out["dV_band"], dV_window)
     return res
 
 
@@ -205,3 +209,43 @@ def med_str(x: np.ndarray, digits: int = 3) -> str:
         return "–"
     f = lambda v: f"{v:.{digits}g}"  # noqa: E731
     return f"{f(m)} [{f(lo)}, {f(hi)}]"
+
+
+# --- benchmark ------------------------------------------------------------------------------------------------
+def paper_run_epochs(P: dict) -> int:
+    """Total run-epochs the chapter trains for the parameters ``P`` (to turn an engine timing per run-epoch into
+    the chapter's total)."""
+    return (2 * P["seeds"] * P["epochs"] + 2 * P["relu_seeds"] * P["relu_epochs"]
+            + len(P["sweep_etas"]) * P["sweep_seeds"] * P["sweep_epochs"] + P["long_epochs"]
+            + len(P["grid_p"]) * P["grid_seeds"] * sum(P["grid_epochs"]))
+
+
+def bench_lockin(device: str = "auto", quick: bool = False) -> dict:
+    """Time the post-processing of the headline: rolling σ₁…σ₅ for every window of the sweep from a band of
+    [30 runs, 401 epochs, 30 lags] (the paper-scale headline), on the CPU and on ``device``."""
+    import time
+
+    from ..device import get_device, synchronize
+    from ..params import load_profile
+
+    dev = get_device(device)
+    R, T, B = (4, 101, 30) if quick else (30, 401, 30)
+    g = torch.Generator().manual_seed(0)
+    D = torch.randn(R, T - 1, 64, generator=g, dtype=torch.float64)
+    band = lockin.band_from_updates(D, B)
+    out = {"shape": [R, T, B]}
+    for name, d in (("cpu", torch.device("cpu")), (str(dev), dev)):
+        b = band.to(d)
+        lockin.rolling_eigs(b, 5, K_EIGS)  # warm-up
+        synchronize(d)
+        t0 = time.perf_counter()
+        for w in (5, 10, 20, 30):
+            lockin.rolling_eigs(b, w, K_EIGS)
+        synchronize(d)
+        out[f"rolling_eigs_4_windows_s[{name}]"] = time.perf_counter() - t0
+    P = SCHEMA.validate(load_profile("paper", SECTION))
+    out["paper_run_epochs"] = paper_run_epochs(P)
+    return out
+
+
+BENCHMARKS = {"lockin": bench_lockin}
