@@ -108,11 +108,25 @@ def _gd_sweep_one(act, m, eta, d, deltas, p, lk, dev, dt, gen_seed):
 @experiment(SECTION, keys=["students", "link", "clip", "d_list", "deltas", "seeds", "T", "threshold", "n_test",
                            "seed", "dtype"], modules=MODULES)
 def sweep(p: dict, device: torch.device) -> dict:
-    """Success of GD from random init vs δ, for every student and d.
+    """Success of GD from random init against δ, for every student and d (brief §8 protocol).
 
-    Arrays [student, d, δ, seed]: ``cos_final``, ``t_hit`` (first step with max_j|cos| ≥ threshold, linearly
-    interpolated; nan when never), ``train_final``, ``test_final``;
-    traces subsampled at ``t_rec``: ``cos_tr``, ``train_tr``, ``test_tr`` [student, d, δ, seed, len(t_rec)].
+    GD is eq. ch4-gd (brief §2.4) on y = min(z², c) (or z², tanh z²) from θ_j ~ N(0, I/d); success is
+    max_j |cos(θ_j, θ_*)| ≥ threshold (brief §2.5, §8). One batched ``run_gd`` call per (student, d).
+
+    Parameters
+    ----------
+    p : dict
+        ``students``, ``link``, ``clip``, ``d_list``, ``deltas``, ``seeds``, ``T``, ``threshold``, ``n_test``,
+        ``seed``, ``dtype`` (see :data:`SCHEMA`).
+    device : torch.device
+
+    Returns
+    -------
+    dict of ndarray
+        [student, d, δ, seed]: ``cos_final``, ``t_hit`` (first step with max_j|cos| ≥ threshold, linearly
+        interpolated; nan when never), ``train_final``, ``test_final``; traces at the steps ``t_rec``:
+        ``cos_tr``, ``train_tr``, ``test_tr`` [student, d, δ, seed, len(t_rec)]; ``deltas``, ``d_list``,
+        ``delta_alg`` (eq. ch4-dalg).
     """
     dt = get_dtype(p["dtype"])
     lk = make_link(p)
@@ -187,9 +201,21 @@ def spectral_dense(Theta_star, link_, n_spec: int, preprocess, *, generator) -> 
 @experiment(SECTION, keys=["link", "clip", "d_list", "spec_deltas", "seeds", "seed", "dtype"],
             modules=MODULES)
 def spectral_curve(p: dict, device: torch.device) -> dict:
-    """The spectral method's own finite-d curve (brief §7): |cos(v, θ_*)| [d, δ, seed] of the top eigenvector v of
-    (1/n) Σ_i T(y_i) x_i x_iᵀ with the (trimmed) Luo–Alghamdi–Lu preprocessing :func:`lal_trimmed`, by a dense
-    eigensolver (:func:`spectral_dense`) on n = δd fresh samples."""
+    """The spectral method's own finite-d curve (brief §7).
+
+    Parameters
+    ----------
+    p : dict
+        ``link``, ``clip``, ``d_list``, ``spec_deltas``, ``seeds``, ``seed``, ``dtype``.
+    device : torch.device
+
+    Returns
+    -------
+    dict of ndarray
+        ``cos`` [d, δ, seed]: |cos(v, θ_*)| of the top eigenvector v of (1/n) Σ_i T(y_i) x_i x_iᵀ with the trimmed
+        Luo–Alghamdi–Lu preprocessing (:func:`lal_trimmed`), computed densely (:func:`spectral_dense`) on
+        n = δd fresh samples; ``deltas``.
+    """
     dt = get_dtype(p["dtype"])
     lk = make_link(p)
     cos = []
@@ -301,12 +327,23 @@ def linearised_crossing(deltas, rates, rmin: float) -> float:
 @experiment(SECTION, keys=["students", "link", "clip", "dnn_deltas", "dnn_N", "dnn_T", "dnn_rmin", "seed"],
             modules=DMFT_MODULES)
 def dnn_linearised(p: dict, device: torch.device) -> dict:
-    """Linearised DMFT in the hard direction (brief §12.4, R7): run the DMFT (antithetic paths, float64) from a
-    tiny hard overlap M_0 = 10⁻³ and measure the per-step growth rate r of |M_t| over the second half of the run;
-    r > 0 (beyond ``dnn_rmin``) means the hard direction is unstable at the end of phase 1, i.e. δ > δ_NN.
+    """δ_NN from the linearised DMFT in the hard direction (brief §12.4, R7).
 
-    Arrays [student, δ]: ``rate``, ``M`` [student, δ, T+1], ``train``/``test`` [student, δ, T+1];
-    ``delta_lin`` [student] the interpolated crossing (see :func:`linearised_crossing`).
+    Runs ``dmft.run_dmft`` (brief §3.3; antithetic paths, float64) from a tiny hard overlap M_0 = 10⁻³ and
+    measures the per-step growth rate r of |M_t| over the second half of the run (``transitions.growth_rate``);
+    r > ``dnn_rmin`` means the hard direction is unstable at the end of phase 1, i.e. δ > δ_NN.
+
+    Parameters
+    ----------
+    p : dict
+        ``students``, ``link``, ``clip``, ``dnn_deltas``, ``dnn_N``, ``dnn_T``, ``dnn_rmin``, ``seed``.
+    device : torch.device
+
+    Returns
+    -------
+    dict of ndarray
+        ``rate`` [student, δ]; ``M``, ``train``, ``test`` [student, δ, T+1]; ``delta_lin`` [student], the
+        interpolated crossing (:func:`linearised_crossing`); ``deltas``.
     """
     T, N = p["dnn_T"], p["dnn_N"] - p["dnn_N"] % 2
     lk = make_link(p)

@@ -88,10 +88,22 @@ def predicted_escape(t0: float, lam, ov, mv, eta: float, threshold: float):
 @experiment(SECTION, keys=["student", "link", "clip", "grok_delta", "below_delta", "d_list", "seeds", "T",
                            "hess_every", "hess_T", "hess_dmax", "n_test", "seed", "dtype"], modules=MODULES)
 def curves(p: dict, device: torch.device) -> dict:
-    """Grokking curves at δ = grok_delta and the control δ = below_delta, for each d, with Hessian snapshots.
+    """Grokking curves (brief §9) at δ = grok_delta and the control δ = below_delta, for each d, with Hessian
+    snapshots along the same trajectories (brief §5.1, §6).
 
-    Arrays [d, δ (0 below, 1 grok), seed, T+1]: ``train``, ``test``, ``cos``; snapshots [d, δ, seed, S] at steps
-    ``t_snap``: ``lam``, ``lam2``, ``ov``, ``mv`` (see :func:`snapshot_spectrum`; nan for d > hess_dmax).
+    Parameters
+    ----------
+    p : dict
+        ``student``, ``link``, ``clip``, ``grok_delta``, ``below_delta``, ``d_list``, ``seeds``, ``T``,
+        ``hess_every``, ``hess_T``, ``hess_dmax``, ``n_test``, ``seed``, ``dtype``.
+    device : torch.device
+
+    Returns
+    -------
+    dict of ndarray
+        [d, δ (0 below, 1 grok), seed, T+1]: ``train``, ``test``, ``cos``; snapshots [d, δ, seed, S] at the
+        steps ``t_snap``: ``lam``, ``lam2``, ``ov``, ``mv`` (:func:`snapshot_spectrum`; nan for d > hess_dmax);
+        ``d_list``, ``deltas``.
     """
     dt = get_dtype(p["dtype"])
     act, m, eta = parse_student(p["student"])
@@ -128,8 +140,22 @@ def curves(p: dict, device: torch.device) -> dict:
 @experiment(SECTION, keys=["student", "link", "clip", "tgrok_d", "tgrok_deltas", "tgrok_seeds", "tgrok_T", "t0",
                            "n_test", "seed", "dtype"], modules=MODULES)
 def tgrok(p: dict, device: torch.device) -> dict:
-    """Time to grok against δ at d = tgrok_d: every step's overlap and test risk, and the Hessian at the plateau
-    time t0. Arrays [δ, seed]: ``cos`` and ``test`` [δ, seed, T+1], ``lam``, ``lam2``, ``ov``, ``mv`` at t0."""
+    """Time to grok against δ (brief §9: divergence as δ ↓ δ_NN) with the Hessian at the plateau time t0, from
+    which eq. ch5-tgrok predicts each run's escape (:func:`predicted_escape`).
+
+    Parameters
+    ----------
+    p : dict
+        ``student``, ``link``, ``clip``, ``tgrok_d``, ``tgrok_deltas``, ``tgrok_seeds``, ``tgrok_T``, ``t0``,
+        ``n_test``, ``seed``, ``dtype``.
+    device : torch.device
+
+    Returns
+    -------
+    dict of ndarray
+        ``cos``, ``test``, ``train`` [δ, seed, T+1]; ``lam``, ``lam2``, ``ov``, ``mv`` [δ, seed] at t0;
+        ``deltas``, ``t0``.
+    """
     dt = get_dtype(p["dtype"])
     act, m, eta = parse_student(p["student"])
     lk = _link(p)
