@@ -125,7 +125,17 @@ def cmd_pack(a) -> int:
     return 0
 
 
+def _threads() -> None:
+    """``$GROKSPECTRA_THREADS`` sets torch's CPU thread count (useful on a shared or small machine)."""
+    n = os.environ.get("GROKSPECTRA_THREADS")
+    if n:
+        import torch
+
+        torch.set_num_threads(max(1, int(n)))
+
+
 def main(argv=None) -> int:
+    _threads()
     p = argparse.ArgumentParser(prog="python -m grokspectra", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
