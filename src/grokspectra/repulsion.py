@@ -175,7 +175,7 @@ def checkpoint(F: torch.Tensor, eta: float, *, top: int = 200, n_exact: int = 10
         for i in range(m):
             S2 = leave_two_out(Ft, eta, int(j[i]), int(l[i]), Kn)
             ok.append(bool(torch.sign(Bjl[i]) == -torch.sign(S2[0, 1])))
-            Sfull = S2 + eta * torch.eye(2, dtype=S2.dtype)
+            Sfull = S2 + eta * torch.eye(2, dtype=S2.dtype, device=S2.device)
             err.append(float((Bjl[i] - torch.linalg.inv(Sfull)[0, 1]).abs() / Bjl[i].abs()))
         out["exact_sign_rule"] = d(sum(ok) / m)
         out["schur_rel_err"] = d(max(err))
