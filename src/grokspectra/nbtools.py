@@ -19,6 +19,7 @@ def hide_injected(path: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(nb, f, indent=1)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 

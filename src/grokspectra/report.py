@@ -49,6 +49,7 @@ def save_summary(notebook: str, title: str, rows: list[Claim], provenance: str =
     fd, tmp = tempfile.mkstemp(dir=SUMMARY_DIR, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     return path
 

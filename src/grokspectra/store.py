@@ -113,6 +113,7 @@ def _atomic_write_bytes(path: Path, write: Callable[[Any], None], mode: str = "w
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         try:
