@@ -54,9 +54,16 @@ def woodbury_B(Ft: torch.Tensor, eta: float, *, xu_factor: bool = False) -> torc
     (theorem6_verify.py @1fbaa890, and the brief's transcription) multiplies F̃ᵀ(F̃F̃ᵀ + ηI)⁻¹F̃ by 1/η² instead;
     ``xu_factor=True`` reproduces that matrix, whose off-diagonal entries are the true B_jℓ times 1/η (same signs).
     """
-    Ft = Ft.double()
-    inv = torch.linalg.inv(kernel(Ft, eta))
-    B = -(Ft.T @ (inv @ Ft)) / (eta**2 if xu_factor else eta)
+    return _woodbury_from(_ftinvf(Ft.double(), eta), eta, xu_factor)
+
+
+def _ftinvf(Ft: torch.Tensor, eta: float, Kn: torch.Tensor | None = None) -> torch.Tensor:
+    """C = F̃ᵀ(F̃F̃ᵀ + ηI)⁻¹F̃ (K×K), with Xu's ``torch.linalg.inv`` of the n×n kernel (``Kn`` if given)."""
+    return Ft.T @ (torch.linalg.inv(kernel(Ft, eta) if Kn is None else Kn) @ Ft)
+
+
+def _woodbury_from(C: torch.Tensor, eta: float, xu_factor: bool) -> torch.Tensor:
+    B = C / (-(eta**2) if xu_factor else -eta)
     B.diagonal().add_(1 / eta)
     return B
 
@@ -159,12 +166,14 @@ def checkpoint(F: torch.Tensor, eta: float, *, top: int = 200, n_exact: int = 10
         "sim": sim, "B": Bjl,
     }
     if xu:
-        B = woodbury_B(Ft, eta)
+        C = _ftinvf(Ft, eta, Kn)  # shared by the correct and Xu's Woodbury B
+        B = _woodbury_from(C, eta, xu_factor=False)
         res = xu_residuals(Ft, B, j, l)
         out["sign_match"] = (torch.sign(B[j, l]) == -torch.sign(res)).double().mean()
         out["res_rel_err"] = ((res + eta**2 * Bjl).abs() / (eta**2 * Bjl.abs())).median()
         out["woodbury_rel_err"] = ((B[j, l] - Bjl).abs() / Bjl.abs()).max()
-        B = woodbury_B(Ft, eta, xu_factor=True)
+        B = _woodbury_from(C, eta, xu_factor=True)
+        del C
         res = xu_residuals(Ft, B, j, l)
         out["sign_match_xu"] = (torch.sign(B[j, l]) == -torch.sign(res)).double().mean()
         out["frac_res_xu_sign_is_sim_sign"] = (torch.sign(res) == torch.sign(sim)).double().mean()
