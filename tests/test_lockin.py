@@ -160,6 +160,28 @@ def test_slope_clip_and_nan():
     assert np.isnan(s[:25]).all() and np.allclose(s[25:], 0.05)
 
 
+def test_max_slope_is_the_detector_statistic():
+    """slope_fire(r, θ) fires iff max_slope(r) > θ, for random positive series and several θ."""
+    rng = np.random.default_rng(0)
+    r = np.exp(np.cumsum(rng.normal(0, 0.3, size=(50, 300)), axis=-1))
+    r[:5, :] = np.nan  # all-NaN runs: no statistic, no fire
+    m = lockin.max_slope(r)
+    assert np.isnan(m[:5]).all() and np.isfinite(m[5:]).all()
+    for th in (0.0, 0.02, 0.04, 0.08):
+        np.testing.assert_array_equal(np.isfinite(lockin.slope_fire(r, thresh=th)), m > th)
+
+
+def test_auc_against_mann_whitney():
+    from scipy.stats import mannwhitneyu
+
+    rng = np.random.default_rng(1)
+    pos, neg = rng.normal(1, 1, 40).round(1), rng.normal(0, 1, 30).round(1)  # rounding makes ties
+    u = mannwhitneyu(pos, neg, alternative="greater").statistic
+    assert lockin.auc(pos, neg) == pytest.approx(u / (40 * 30), abs=1e-12)
+    assert lockin.auc([3, 4], [1, 2]) == 1.0 and lockin.auc([1], [1]) == 0.5
+    assert math.isnan(lockin.auc([], [1.0])) and math.isnan(lockin.auc([np.nan], [1.0]))
+
+
 def test_threshold_fire_sustained():
     x = np.array([0, 0, 30, 0, 30, 30, 30, 30, 30, 0, 0], float)
     assert lockin.threshold_fire(x, 25) == 2

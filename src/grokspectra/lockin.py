@@ -193,6 +193,14 @@ def slope_fire(r: np.ndarray, *, window: int = 25, thresh: float = 0.04, ep_min:
         return _first_true((s > thresh) & (ep >= ep_min))
 
 
+def max_slope(r: np.ndarray, *, window: int = 25, ep_min: int = 100, clip: float = 1e-6) -> np.ndarray:
+    """Largest log-slope s(t) over t ≥ ``ep_min`` (NaN if none is defined). :func:`slope_fire` with threshold θ
+    fires exactly when this exceeds θ, so it is the threshold-free statistic of Xu's detector (brief §3.3)."""
+    s = log_slope(r, window, clip)[..., ep_min:]
+    ok = np.isfinite(s)
+    return np.where(ok.any(-1), np.where(ok, s, -np.inf).max(-1, initial=-np.inf), np.nan)
+
+
 def threshold_fire(x: np.ndarray, thresh: float, *, ep_min: int = 0, sustained: int = 1) -> np.ndarray:
     """First epoch t ≥ ``ep_min`` with x(t) ≥ ``thresh`` for ``sustained`` consecutive epochs t … t+sustained−1.
 
@@ -266,6 +274,18 @@ def confusion(fired: np.ndarray, positive: np.ndarray) -> dict[str, float]:
 
     return {"tp": tp, "fp": fp, "fn": fn, "tn": tn, "sensitivity": rate(tp, fn), "specificity": rate(tn, fp),
             "precision": rate(tp, fp), "accuracy": rate(tp + tn, fp + fn)}
+
+
+def auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Area under the ROC curve of a score that should be larger for ``pos`` than for ``neg``:
+    P(score_pos > score_neg) + ½ P(tie) over all pairs (the Mann–Whitney U / (n₊n₋)); NaN entries are dropped,
+    NaN when either class is empty."""
+    p = np.asarray(pos, float).ravel()
+    n = np.asarray(neg, float).ravel()
+    p, n = p[np.isfinite(p)], n[np.isfinite(n)]
+    if p.size == 0 or n.size == 0:
+        return math.nan
+    return float((p[:, None] > n[None, :]).mean() + 0.5 * (p[:, None] == n[None, :]).mean())
 
 
 def lead(t_detector: np.ndarray, t_reference: np.ndarray) -> np.ndarray:
