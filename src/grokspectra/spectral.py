@@ -107,12 +107,27 @@ def _inv(A):
 
 def _K(G, S, delta):
     """𝒢 = G (I + S G/δ)^{-1} for every z and sample (brief §5.3): G ``[N, m, m]``, S ``[Z, m, m]`` →
-    entries-first ``[m, m, Z, N]``."""
-    Ge = G.to(S.dtype).permute(1, 2, 0)[:, :, None, :]          # [m, m, 1, N]
-    Se = S.permute(1, 2, 0)[..., None]                            # [m, m, Z, 1]
+    entries-first ``[m, m, Z, N]``. Closed forms for m ≤ 2 (the hot path), Gauss–Jordan otherwise."""
     m = G.shape[-1]
+    Ge = G.to(S.dtype).permute(1, 2, 0)[:, :, None, :]          # [m, m, 1, N]
+    Se = S.permute(1, 2, 0)[..., None] / delta                    # [m, m, Z, 1]
+    if m == 1:
+        g = Ge[0, 0]
+        return (g / (1 + Se[0, 0] * g))[None, None]
+    if m == 2:
+        g11, g12, g22 = Ge[0, 0], Ge[0, 1], Ge[1, 1]
+        s11, s12, s22 = Se[0, 0], Se[0, 1], Se[1, 1]
+        a11 = 1 + s11 * g11 + s12 * g12
+        a12 = s11 * g12 + s12 * g22
+        a21 = s12 * g11 + s22 * g12
+        a22 = 1 + s12 * g12 + s22 * g22
+        r = 1 / (a11 * a22 - a12 * a21)
+        k11 = (g11 * a22 - g12 * a21) * r
+        k12 = (g12 * a11 - g11 * a12) * r
+        k22 = (g22 * a11 - g12 * a12) * r
+        return torch.stack([torch.stack([k11, k12]), torch.stack([k12, k22])])
     I = torch.eye(m, dtype=S.dtype, device=S.device)[:, :, None, None]
-    return _mm(Ge, _inv(I + _mm(Se, Ge) / delta))
+    return _mm(Ge, _inv(I + _mm(Se, Ge)))
 
 
 def _fixed_point_map(G, w, delta, S, z, jacobian=False):
@@ -218,7 +233,7 @@ def bulk_stieltjes(G, delta: float, zs, *, weights=None, tol: float = 1e-10, max
         z = zs.real + 1j * eps
         if S is None:
             S = -I / z[:, None, None]
-            S = _damped(G, w, delta, S, z, 30)
+            S = _damped(G, w, delta, S, z, 8)
         target = tol if k == n_stage else 1e-8
         S, res, it = _newton(G, w, delta, S, z, target, max_iter, admissible)
         for _ in range(3):  # a stalled Newton is pulled back to the physical branch by damped iteration
@@ -539,16 +554,17 @@ def nn_criterion(G, zeta, delta: float, *, weights=None, side: str = "left") -> 
 
 
 def delta_nn(law: Callable[[float], tuple], lo: float, hi: float, *, rtol: float = 0.02, max_iter: int = 12,
-             log: bool = True, side: str = "left") -> dict:
+             log: bool = True, side: str = "left", expand: int = 0) -> dict:
     """δ_NN by bisection in δ (brief §6.3): ``law(δ)`` returns ``(G, zeta)`` or ``(G, zeta, weights)`` (rerunning
     the DMFT for each δ); the criterion is :func:`nn_criterion` (``side="right"`` gives the spectral threshold of a
-    preprocessing, e.g. δ_alg). Needs crit(lo) ≥ 0 > crit(hi) (no outlier at ``lo``, an outlier at ``hi``);
-    bisects (geometrically when ``log``) until hi/lo − 1 < ``rtol``.
+    preprocessing, e.g. δ_alg). Needs crit(lo) ≥ 0 > crit(hi) (no outlier at ``lo``, an outlier at ``hi``); with
+    ``expand`` > 0 the bracket is first widened by factors of 2 (at most ``expand`` times per side). Bisects
+    (geometrically when ``log``) until hi/lo − 1 < ``rtol``.
 
-    Returns ``{"delta_nn", "lo", "hi", "deltas", "crits", "edges"}`` (every evaluated δ, in order). Raises
+    Returns ``{"delta_nn", "lo", "hi", "deltas", "crits", "edges", "z0s"}`` (every evaluated δ, in order). Raises
     ``ValueError`` when the bracket does not bracket, naming both criteria.
     """
-    hist = {"deltas": [], "crits": [], "edges": []}
+    hist = {"deltas": [], "crits": [], "edges": [], "z0s": []}
 
     def crit(d):
         args = law(d)
@@ -556,9 +572,19 @@ def delta_nn(law: Callable[[float], tuple], lo: float, hi: float, *, rtol: float
         hist["deltas"].append(d)
         hist["crits"].append(c["crit"])
         hist["edges"].append(c["edge"])
+        hist["z0s"].append(c["z0"])
         return c["crit"]
 
     clo, chi = crit(lo), crit(hi)
+    for _ in range(expand):
+        if clo < 0:
+            hi, chi, lo = lo, clo, lo / 2
+            clo = crit(lo)
+        elif chi >= 0:
+            lo, clo, hi = hi, chi, hi * 2
+            chi = crit(hi)
+        else:
+            break
     if not (clo >= 0 > chi):
         raise ValueError(f"delta_nn: [{lo}, {hi}] does not bracket the threshold: criterion = {clo:.4g} at δ = {lo} "
                          f"(needs ≥ 0) and {chi:.4g} at δ = {hi} (needs < 0)")
