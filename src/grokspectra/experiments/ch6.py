@@ -13,6 +13,7 @@ Experiments (all through the result store):
 
 from __future__ import annotations
 
+import html
 import os
 import time
 
@@ -135,7 +136,21 @@ def identity(p: dict, device: torch.device) -> dict[str, np.ndarray]:
     return out
 
 
-# --- analysis helpers for the notebook -------------------------------------------------------------------------
+# --- analysis helpers for the notebook ---------------------------------------------------------------------------
+def html_table(header: list[str], rows: list[list]) -> str:
+    """An HTML table (the book renders glued markdown as CommonMark, which has no pipe tables)."""
+    esc = lambda c: html.escape(str(c))
+    head = "".join(f"<th>{esc(c)}</th>" for c in header)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table class='table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def claims_html(rows: list[Claim]) -> str:
+    """The closing claim table as HTML (same columns as :func:`grokspectra.report.table_md`)."""
+    return html_table(["claim", "source", "claimed", "ours", "agreement"],
+                      [[r.claim, r.source, r.claimed, r.ours, r.mark() + (f" {r.note}" if r.note else "")] for r in rows])
+
+
 def first_epoch(series: np.ndarray, thr: float, x: np.ndarray | None = None) -> np.ndarray:
     """First epoch (``x[i]``, default i) at which each run's series reaches ``thr``; NaN where it never does."""
     series = np.atleast_2d(np.asarray(series, dtype=float))
