@@ -11,7 +11,7 @@ Experiments:
 * ``alg``: δ_alg = 1/2 of phase retrieval from the spectral method, in theory (m = 1, G = T(y)) and at finite d.
 * ``linear``: the linearised-DMFT cross-check (brief §12.4, R7).
 
-Benchmark ``eig``: lowest eigenpairs of H at d = 4000, m = 4 (matrix-free LOBPCG).
+Benchmark ``eig``: lowest eigenpairs of H at d = 4000, m = 4 (matrix-free Lanczos).
 """
 
 from __future__ import annotations
@@ -195,8 +195,9 @@ def linear(p, device):
 
 # --- benchmark ---------------------------------------------------------------------------------------------------
 def bench_eig(device="auto", quick=False) -> dict:
-    """Lowest eigenpairs of H = (1/n) Σ D_i ⊗ x_i x_iᵀ at d = 4000, m = 4 (16 000 × 16 000), δ = 4, matrix-free
-    LOBPCG, at the end of 5 GD steps (GeLU, y = tanh z²); ``quick`` uses d = 500."""
+    """Lowest eigenpairs (k = 3) of H = (1/n) Σ D_i ⊗ x_i x_iᵀ at d = 4000, m = 4 (16 000 × 16 000), δ = 4,
+    matrix-free implicitly restarted Lanczos (``hessian.lowest_eigpairs(method="lanczos")``; 2.4× faster than its
+    LOBPCG at d = 1000 on 2 CPU cores), at the end of 5 GD steps (GeLU, y = tanh z²); ``quick`` uses d = 500."""
     dev = get_device(device)
     d, m, delta = (500, 4, 4.0) if quick else (4000, 4, 4.0)
     prob = mi.sample_problem(d, int(delta * d), 1, "pr_tanh", trials=1, device=dev, dtype=torch.float32, generator=0)
@@ -204,11 +205,11 @@ def bench_eig(device="auto", quick=False) -> dict:
     Th, X, y = g["theta"][5][0], prob.X[0][0], prob.y[0][0]
     synchronize(dev)
     t0 = time.perf_counter()
-    w, V = hs.lowest_eigpairs(Th, X, y, "gelu", k=3, method="lobpcg", tol=1e-5)
+    w, V = hs.lowest_eigpairs(Th, X, y, "gelu", k=3, method="lanczos", tol=1e-5)
     synchronize(dev)
     wall = time.perf_counter() - t0
     return {"device": device_name(dev), "d": d, "m": m, "n": int(delta * d), "md": m * d, "wall_s": round(wall, 2),
-            "lowest": [round(float(x), 5) for x in w.cpu()]}
+            "method": "lanczos", "lowest": [round(float(x), 5) for x in w.cpu()]}
 
 
 BENCHMARKS = {"eig": bench_eig}
