@@ -31,12 +31,17 @@ class Claim:
         return {True: "✓", False: "✗", None: "–"}[self.agree]
 
 
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
 def table_md(rows: list[Claim]) -> str:
-    """A markdown table of claims."""
+    """A markdown table of claims (pipes inside cells are escaped)."""
     out = ["| claim | source | claimed | ours | agreement |", "|---|---|---|---|---|"]
     for r in rows:
         note = f" {r.note}" if r.note else ""
-        out.append(f"| {r.claim} | {r.source} | {r.claimed} | {r.ours} | {r.mark()}{note} |")
+        cells = [r.claim, r.source, r.claimed, r.ours, r.mark() + note]
+        out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(out)
 
 
