@@ -13,7 +13,8 @@ from grokspectra.params import ParamError, load_profile
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.md"))
-BANNED = ("TODO", "FIXME", "XXX", "placeholder", "NotImplementedError")
+# words that mark unfinished work (spelled in pieces so this file does not contain them itself)
+BANNED = ("TO" "DO", "FIX" "ME", "X" "XX", "place" "holder", "NotImplemented" "Error")
 
 
 def _chapter(nb: Path):
@@ -84,8 +85,6 @@ def test_toc_lists_exactly_the_notebooks():
 
 def test_source_has_no_unfinished_marks():
     for path in list((REPO / "src").rglob("*.py")) + list((REPO / "tests").glob("*.py")):
-        if path.name == Path(__file__).name:
-            continue
         text = path.read_text()
         for word in BANNED:
             assert word not in text, f"{path.relative_to(REPO)} contains {word!r}"
