@@ -24,11 +24,42 @@ class Claim:
     source: str
     claimed: str
     ours: str
-    agree: bool | None  # None: not comparable (e.g. the paper gives no number)
+    agree: bool | None  # None: not comparable (e.g. the paper gives no number, or not at this scale)
     note: str = ""
+    scale: str = ""  # the scale the row was judged at, e.g. "paper: 15 seeds" or "CI: 2 seeds"
 
     def mark(self) -> str:
         return {True: "✓", False: "✗", None: "–"}[self.agree]
+
+
+def finite(*xs) -> bool:
+    """True when every value is a finite number (NaN, ±inf and None are not)."""
+    import math
+
+    try:
+        return all(x is not None and math.isfinite(float(x)) for x in xs)
+    except (TypeError, ValueError):
+        return False
+
+
+def within(ours, claimed, tol) -> bool | None:
+    """``|ours − claimed| ≤ tol`` as the agreement of a claim row; ``None`` (not comparable, never ✓) when any of
+    them is not a finite number."""
+    if not finite(ours, claimed, tol):
+        return None
+    return abs(float(ours) - float(claimed)) <= float(tol)
+
+
+def at_scale(row: Claim, scale: str, comparable: bool = True, needs: str = "") -> Claim:
+    """Record the scale ``row`` was judged at. When the result shown is not of the scale the claim is about
+    (``comparable`` False), the row is not scored: agreement becomes ``None`` and the note says
+    "not comparable at <scale>" (plus what it ``needs``)."""
+    row.scale = scale
+    if not comparable:
+        row.agree = None
+        why = f"not comparable at {scale}" + (f" (needs {needs})" if needs else "")
+        row.note = why + (f"; {row.note}" if row.note else "")
+    return row
 
 
 def _cell(text: str) -> str:
@@ -37,10 +68,10 @@ def _cell(text: str) -> str:
 
 def table_md(rows: list[Claim]) -> str:
     """A markdown table of claims (pipes inside cells are escaped)."""
-    out = ["| claim | source | claimed | ours | agreement |", "|---|---|---|---|---|"]
+    out = ["| claim | source | claimed | ours | judged at | agreement |", "|---|---|---|---|---|---|"]
     for r in rows:
         note = f" {r.note}" if r.note else ""
-        cells = [r.claim, r.source, r.claimed, r.ours, r.mark() + note]
+        cells = [r.claim, r.source, r.claimed, r.ours, r.scale or "–", r.mark() + note]
         out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(out)
 
