@@ -76,3 +76,23 @@ def synchronize(device: torch.device) -> None:
     """Wait for queued kernels (for timing only; never call this inside a training loop)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+class DivergenceError(FloatingPointError):
+    """A computation produced non-finite values or diverged. Engines raise it with the step where it happened;
+    :meth:`grokspectra.experiments.Experiment.run` adds the experiment's name and parameters, and nothing is
+    stored."""
+
+
+def check_finite(what: str, step: int | str, *tensors: torch.Tensor, bound: float = 1e30) -> None:
+    """Raise :class:`DivergenceError` naming ``what`` and ``step`` if any tensor holds a NaN, an infinity or a
+    value beyond ``bound`` in magnitude (a diverging iteration). This synchronises with the device, so engines
+    call it at a coarse cadence (every few dozen steps and at the end), not on every step."""
+    for t in tensors:
+        if t.numel() == 0:
+            continue
+        bad = ~torch.isfinite(t)
+        if bool(bad.any()) or bool((t.detach().abs() > bound).any()):
+            n_bad = int(bad.sum())
+            raise DivergenceError(f"{what} diverged at step {step}: {n_bad} non-finite value(s) of {t.numel()}"
+                                  f"{'' if n_bad else f', |x| > {bound:g}'}")
