@@ -4,6 +4,10 @@
     python -m grokspectra run ch6 --profile paper          # every experiment of chapter 6
     python -m grokspectra run ch6.fig3 --profile ci --set seeds=3
     python -m grokspectra run all --profile paper
+    python -m grokspectra run ch7 --profile paper --workers 2        # a local Dask cluster of 2 processes
+    python -m grokspectra run ch7 --profile paper --scheduler tcp://host:8786
+    python -m grokspectra run all --profile paper --dry-run          # units and estimated cost
+    python -m grokspectra status --profile paper                     # units stored / total, time left
     python -m grokspectra params ci ch6_repulsion           # the YAML papermill gets for a notebook
     python -m grokspectra bench modadd --device cuda
     python -m grokspectra pack results-paper.tar.gz         # archive results/paper (to bring back from a GPU)
@@ -21,8 +25,10 @@ import time
 import yaml
 
 from . import experiments as ex
+from . import sweep
+from .device import DivergenceError
 from .params import ParamError, load_profile
-from .store import Store, default_root
+from .store import Store, StoreError, default_root
 
 
 def _value(text: str):
@@ -32,45 +38,137 @@ def _value(text: str):
 def _targets(target: str) -> list[ex.Experiment]:
     ex.load_chapters()
     if target == "all":
-        return list(ex.REGISTRY.values())
+        return [ex.REGISTRY[n] for n in sorted(ex.REGISTRY, key=_order)]
     if target in ex.REGISTRY:
         return [ex.REGISTRY[target]]
-    chosen = [e for n, e in ex.REGISTRY.items() if n.split(".")[0] == target]
+    chosen = [ex.REGISTRY[n] for n in sorted(ex.REGISTRY, key=_order) if n.split(".")[0] == target]
     if not chosen:
         raise SystemExit(f"error: unknown experiment or chapter {target!r}; known: {sorted(ex.REGISTRY)}")
     return chosen
 
 
-def cmd_run(a) -> int:
-    os.environ.setdefault("GROKSPECTRA_PROGRESS", "1")
-    overrides = {}
+def _order(name: str):
+    ch = ex.chapter_names()
+    head = name.split(".")[0]
+    return (ch.index(head) if head in ch else len(ch), name)
+
+
+def _overrides(a) -> dict:
+    """``--set KEY=VALUE`` and ``-p KEY VALUE`` overrides, parsed like papermill's ``-p``."""
+    pairs = []
     for item in a.set or []:
         if "=" not in item:
             raise SystemExit(f"error: --set expects key=value, got {item!r}")
-        k, v = item.split("=", 1)
-        overrides[k] = _value(v)
+        pairs.append(item.split("=", 1))
+    pairs += [list(x) for x in (a.p or [])]
+    out = {}
+    for k, v in pairs:
+        if k in ("profile", "device"):
+            raise SystemExit(f"error: {k!r} cannot be overridden with --set/-p; use --{k}")
+        out[k] = _value(v)
+    return out
+
+
+def _resolve(e: ex.Experiment, a, overrides: dict) -> dict:
+    """The validated parameters of experiment ``e`` for the command line's profile, overrides and device."""
+    try:
+        P = load_profile(a.profile, e.section)
+        P.update({k: v for k, v in overrides.items() if k in e.schema})
+        if a.device:
+            P["device"] = a.device
+        return e.schema.validate(P)
+    except ParamError as err:
+        raise SystemExit(f"error: {e.name}: {err}")
+
+
+def _check_overrides(targets, overrides: dict) -> None:
+    known = set().union(*(set(e.schema.params) for e in targets)) if targets else set()
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise SystemExit(f"error: unknown parameter(s) {unknown} for {[e.name for e in targets]}")
+
+
+def cmd_run(a) -> int:
+    os.environ.setdefault("GROKSPECTRA_PROGRESS", "1")
+    overrides = _overrides(a)
     store = Store(a.store) if a.store else Store()
-    for e in _targets(a.target):
-        mod = ex.chapter(e.name.split(".")[0])
+    targets = _targets(a.target)
+    _check_overrides(targets, overrides)
+    plans = [(e, _resolve(e, a, overrides)) for e in targets]
+    if a.dry_run:
+        return _dry_run(plans, store, a)
+    try:
+        executor = sweep.make_executor(a.workers, a.scheduler)
+    except sweep.SweepError as err:
+        raise SystemExit(f"error: {err}")
+    try:
+        for e, P in plans:
+            t0 = time.perf_counter()
+            r = e.run(P, store=store, force=a.force, executor=executor)
+            print(f"{e.name:22s} {r.meta.get('units', 1):4d} unit(s)  {r.meta['wall_s']:9.1f} s computed, "
+                  f"{time.perf_counter() - t0:8.1f} s now  [{r.meta['profile']} on {r.meta['device']}]", flush=True)
+    except (DivergenceError, StoreError, sweep.SweepError) as err:
+        raise SystemExit(f"error: {err}")
+    finally:
+        executor.close()
+    return 0
+
+
+def _dry_run(plans, store: Store, a) -> int:
+    """List every unit, whether it is stored, and its estimated time (from stored units or a timed probe)."""
+    total_left = 0.0
+    for e, P in plans:
+        profile = e.profile_for(P)
+        units = e.units(e.params(P))
+        have = [store.load(e.name, u, e.code(), profile) is not None for u in units]
+        rate, how = sweep.estimate_rate(e, store, device=P.get("device", "auto"), time_probe=not a.no_probe)
+        left = sum(e.cost_of(u) * rate for u, h in zip(units, have) if not h)
+        total_left += left if left == left else 0.0
+        print(f"{e.name} [{profile}]: {sum(have)}/{len(units)} units stored; estimated time left "
+              f"{sweep.fmt_seconds(left)} ({how})")
+        for i, (u, h) in enumerate(zip(units, have)):
+            est = "stored" if h else sweep.fmt_seconds(e.cost_of(u) * rate)
+            print(f"  {i:4d}  {est:>8s}  {sweep.describe(u)}")
+    print(f"estimated time left in all: {sweep.fmt_seconds(total_left)} on this machine's device(s)")
+    return 0
+
+
+def cmd_status(a) -> int:
+    """Per experiment: units stored / total, whether the assembled result is current, partial, stale or missing,
+    and the estimated CPU time left (from the stored units' own timings)."""
+    store = Store(a.store) if a.store else Store()
+    ex.load_chapters()
+    rows = []
+    total_left = 0.0
+    for name in sorted(ex.REGISTRY, key=_order):
+        e = ex.REGISTRY[name]
         try:
-            P = load_profile(a.profile, e.section)
-            P.update({k: v for k, v in overrides.items()})
-            if a.device:
-                P["device"] = a.device
-            P = mod.SCHEMA.validate(P)
+            P = e.schema.validate(load_profile(a.profile, e.section))
         except ParamError as err:
-            raise SystemExit(f"error: {e.name}: {err}")
-        t0 = time.perf_counter()
-        r = e.run(P, store=store, force=a.force)
-        print(f"{e.name:28s} {r.meta['key']}  {r.meta['wall_s']:8.1f} s computed, {time.perf_counter() - t0:8.1f} s now"
-              f"  [{r.meta['profile']} on {r.meta['device']}]", flush=True)
+            rows.append((name, "-", "no parameters", str(err)[:60]))
+            continue
+        prof = e.profile_for(P)
+        units = e.units(e.params(P))
+        n = sum(store.load(e.name, u, e.code(), prof) is not None for u in units)
+        stale = any(m.get("code") != e.code() for m in store.metas(e.name, prof))
+        state = "current" if n == len(units) else "partial" if n else "stale" if stale else "missing"
+        rate, _ = sweep.estimate_rate(e, store, time_probe=False)
+        left = sum(e.cost_of(u) for u in units) * rate * (1 - n / max(len(units), 1)) if n < len(units) else 0.0
+        total_left += left if left == left else 0.0
+        rows.append((name, f"{n}/{len(units)}", state, sweep.fmt_seconds(left) if n < len(units) else "0"))
+    print(f"profile {a.profile} in {store.root}")
+    print(f"{'experiment':22s} {'units':>9s}  {'result':8s}  est. time left")
+    for r in rows:
+        print(f"{r[0]:22s} {r[1]:>9s}  {r[2]:8s}  {r[3]}")
+    print(f"estimated time left in all: {sweep.fmt_seconds(total_left)} (experiments with no stored unit: '?')")
     return 0
 
 
 def cmd_list(a) -> int:
     ex.load_chapters()
-    for n, e in sorted(ex.REGISTRY.items()):
-        print(f"{n:28s} notebook {e.section:22s} keys {', '.join(e.keys)}")
+    for n in sorted(ex.REGISTRY, key=_order):
+        e = ex.REGISTRY[n]
+        print(f"{n:22s} notebook {e.section:20s} keys {', '.join(e.keys)}")
     return 0
 
 
@@ -84,7 +182,6 @@ def cmd_params(a) -> int:
 
 
 def cmd_bench(a) -> int:
-    ex.load_chapters()
     benches = {}
     for ch in ex.load_chapters():
         benches.update(getattr(ex.chapter(ch), "BENCHMARKS", {}))
@@ -97,11 +194,10 @@ def cmd_bench(a) -> int:
 
 def chapter_of(section: str):
     """The chapter module whose notebook is ``section`` (e.g. ``ch6_repulsion`` → ``experiments.ch6``)."""
-    for ch in ex.load_chapters():
-        mod = ex.chapter(ch)
-        if getattr(mod, "SECTION", None) == section:
-            return mod
-    raise SystemExit(f"error: no chapter module declares notebook {section!r}")
+    try:
+        return ex.by_section(section)
+    except ParamError as err:
+        raise SystemExit(f"error: {err}")
 
 
 def cmd_check(a) -> int:
@@ -145,8 +241,19 @@ def main(argv=None) -> int:
     r.add_argument("--device", default=None, help="auto, cpu, cuda (default: the profile's)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a parameter")
     r.add_argument("--force", action="store_true", help="recompute even when the store has the result")
+    r.add_argument("-p", nargs=2, action="append", metavar=("NAME", "VALUE"), help="override, as papermill's -p")
     r.add_argument("--store", default=None, help="store root (default results/ or $GROKSPECTRA_STORE)")
+    r.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="compute units on a local Dask cluster of N worker processes (one torch thread each)")
+    r.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="compute units on an existing Dask cluster (e.g. tcp://host:8786)")
+    r.add_argument("--dry-run", action="store_true", help="list the units and estimate their cost; compute nothing")
+    r.add_argument("--no-probe", action="store_true", help="with --dry-run: do not time a probe unit")
     r.set_defaults(fn=cmd_run)
+    st = sub.add_parser("status", help="units stored / total and time left, per experiment of a profile")
+    st.add_argument("--profile", default="paper")
+    st.add_argument("--store", default=None)
+    st.set_defaults(fn=cmd_status)
     l_ = sub.add_parser("list", help="list experiments")
     l_.set_defaults(fn=cmd_list)
     q = sub.add_parser("params", help="print a notebook's parameters from a profile")

@@ -49,7 +49,7 @@ def _dmft_reps(p, device, *, link, M0, T, N, reps, memory=True, antithetic=True,
     return {key: torch.stack([o[key] for o in outs]) for key in ("M", "Q", "train", "test")}
 
 
-@experiment(SECTION, keys=["act", "m", "delta", "eta", "M0", "T", "ds", "seeds", "N", "reps"], modules=MODULES)
+@experiment(SECTION, keys=["act", "m", "delta", "eta", "M0", "T", "ds", "seeds", "N", "reps"])
 def trajectories(p, device):
     """R1 set-up (y = z², warm start M_0): DMFT replicas with and without memory; GD with ``seeds`` trials per d."""
     if len(p["M0"]) != p["m"]:
@@ -69,7 +69,7 @@ def trajectories(p, device):
     return out
 
 
-@experiment(SECTION, keys=["act", "m", "delta", "eta", "T_eh", "ds_eh", "seeds", "N_eh"], modules=MODULES)
+@experiment(SECTION, keys=["act", "m", "delta", "eta", "T_eh", "ds_eh", "seeds", "N_eh"])
 def easy_hard(p, device):
     """Random init. Phase retrieval: DMFT with antithetic paths (M ≡ 0), with plain paths (spurious M, brief R5), GD
     overlaps at each d. Staircase y = z₁ + z₂²: DMFT (antithetic in z₂) and GD overlaps with both latent directions."""

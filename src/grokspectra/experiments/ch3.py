@@ -73,7 +73,7 @@ def _outlier_row(G, zeta, delta):
     return [o["root"] if o["exists"] else np.nan, o["overlap"] if o["exists"] else np.nan, o["edge"], o["phi_edge"]]
 
 
-@experiment(SECTION, keys=["quad_t", "gelu_t", "out_d", "out_N", "quad_deltas", "gelu_deltas", "seed"], modules=MODULES)
+@experiment(SECTION, keys=["quad_t", "gelu_t", "out_d", "out_N", "quad_deltas", "gelu_deltas", "seed"])
 def outliers(p, device):
     """Lowest eigenpair of the GD Hessian vs the outlier equation on the empirical law, the antithetic DMFT law, the
     DMFT law seeded with hard overlap d^{-1/2}, and (R5) the plain-sampling DMFT law."""
@@ -135,7 +135,7 @@ def _dnn_cell(act, m, link, scale, times, N, eta, rtol, device, seed):
 
 
 @experiment(SECTION, keys=["dnn_acts", "dnn_ms", "dnn_links", "dnn_scales", "dnn_times", "dnn_N", "dnn_rtol",
-                           "eta_quad", "eta_gelu", "seed"], modules=MODULES)
+                           "eta_quad", "eta_gelu", "seed"])
 def dnn(p, device):
     """δ_NN [act, m, link, scale, t] by bisection in δ with one antithetic DMFT per δ (brief §6.3)."""
     A, Ms, Ls, Ss, Ts = p["dnn_acts"], p["dnn_ms"], p["dnn_links"], p["dnn_scales"], p["dnn_times"]
@@ -154,7 +154,7 @@ def dnn(p, device):
             "scales": np.array(Ss), "ms": np.array(Ms)}
 
 
-@experiment(SECTION, keys=["alg_deltas", "alg_d", "alg_trials", "seed"], modules=MODULES)
+@experiment(SECTION, keys=["alg_deltas", "alg_d", "alg_trials", "seed"])
 def alg(p, device):
     """δ_alg: the spectral method with T(y) = 1 − 1/y (Luo–Alghamdi–Lu) for y = z². Theory: bisection on the top
     outlier (m = 1, G = T(y), ζ = z, Gauss–Hermite law) and the predicted overlap at each δ; finite d: overlap of the
@@ -182,7 +182,7 @@ def alg(p, device):
             "lo": th["lo"], "hi": th["hi"]}
 
 
-@experiment(SECTION, keys=["lin_deltas", "lin_T", "lin_N", "seed"], modules=MODULES)
+@experiment(SECTION, keys=["lin_deltas", "lin_T", "lin_N", "seed"])
 def linear(p, device):
     """Linearised DMFT (brief §12.4, R7): Quad m = 1, y = min(z², 6), η = 0.1, antithetic, M_0 = 10⁻³."""
     Ms = []

@@ -106,7 +106,7 @@ def _gd_sweep_one(act, m, eta, d, deltas, p, lk, dev, dt, gen_seed):
 
 
 @experiment(SECTION, keys=["students", "link", "clip", "d_list", "deltas", "seeds", "T", "threshold", "n_test",
-                           "seed", "dtype"], modules=MODULES)
+                           "seed", "dtype"])
 def sweep(p: dict, device: torch.device) -> dict:
     """Success of GD from random init against δ, for every student and d (brief §8 protocol).
 
@@ -198,8 +198,7 @@ def spectral_dense(Theta_star, link_, n_spec: int, preprocess, *, generator) -> 
     return extreme_eigvecs(C, "top")[1][..., 0].to(Theta_star.dtype)
 
 
-@experiment(SECTION, keys=["link", "clip", "d_list", "spec_deltas", "seeds", "seed", "dtype"],
-            modules=MODULES)
+@experiment(SECTION, keys=["link", "clip", "d_list", "spec_deltas", "seeds", "seed", "dtype"])
 def spectral_curve(p: dict, device: torch.device) -> dict:
     """The spectral method's own finite-d curve (brief §7).
 
@@ -233,7 +232,7 @@ def spectral_curve(p: dict, device: torch.device) -> dict:
 
 
 @experiment(SECTION, keys=["students", "link", "clip", "init_d", "init_deltas", "seeds", "init_T", "n_test",
-                           "spec_iters", "seed", "dtype"], modules=MODULES)
+                           "spec_iters", "seed", "dtype"])
 def init_compare(p: dict, device: torch.device) -> dict:
     """Random vs warm (spectral, sample-split) initialisation of the first student at d = ``init_d``.
 
@@ -324,8 +323,7 @@ def linearised_crossing(deltas, rates, rmin: float) -> float:
     return float(x0 + (rmin - r0) / (r1 - r0) * (x1 - x0))
 
 
-@experiment(SECTION, keys=["students", "link", "clip", "dnn_deltas", "dnn_N", "dnn_T", "dnn_rmin", "seed"],
-            modules=DMFT_MODULES)
+@experiment(SECTION, keys=["students", "link", "clip", "dnn_deltas", "dnn_N", "dnn_T", "dnn_rmin", "seed"])
 def dnn_linearised(p: dict, device: torch.device) -> dict:
     """δ_NN from the linearised DMFT in the hard direction (brief §12.4, R7).
 

@@ -24,6 +24,7 @@ from .. import modadd, repulsion
 from ..device import device_name, get_device, synchronize
 from ..params import Param, Schema
 from ..report import Claim, fmt
+from .. import sweep
 from . import experiment
 
 SECTION = "ch6_repulsion"
@@ -53,63 +54,117 @@ LOGS = ("train_acc", "test_acc", "train_loss", "test_loss", "update_cos", "updat
         "gf_norm", "ftf_ratio", "rho_code", "rho_paper")
 
 
-def _thm6(res: dict, run_idx: list[int], epochs: list[int], p: dict, act: str, device) -> dict[str, np.ndarray]:
-    """Theorem-6 statistics [len(run_idx), len(epochs)] from the engine's kept weights, plus seed 0's pairs."""
+def _thm6(res: dict, run_idx: list[int], epochs: list[int], u: dict, act: str, device,
+          with_pairs: bool) -> dict[str, np.ndarray]:
+    """Theorem-6 statistics [len(run_idx), len(epochs)] from the engine's kept weights (and, with
+    ``with_pairs``, the most similar pairs of the first of these runs)."""
     out = {f"thm6_{k}": np.full((len(run_idx), len(epochs)), np.nan) for k in STATS}
-    out["pairs_sim"] = np.full((len(epochs), p["top_pairs"]), np.nan)
-    out["pairs_B"] = np.full((len(epochs), p["top_pairs"]), np.nan)
+    if with_pairs:
+        out["pairs_sim"] = np.full((len(epochs), u["top_pairs"]), np.nan)
+        out["pairs_B"] = np.full((len(epochs), u["top_pairs"]), np.nan)
     for i, r in enumerate(run_idx):
-        d = modadd.make_data(p["M"], p["n_train"], int(res["seeds"][r]))
+        d = modadd.make_data(u["M"], u["n_train"], int(res["seeds"][r]))
         for e, ep in enumerate(epochs):
             W = res["W_at"][e, r].to(device)
             F = modadd.hidden(W, d["a_tr"], d["b_tr"], act)
-            st = repulsion.checkpoint(F, float(res["etas"][r]), top=p["top_pairs"], n_exact=p["n_exact"])
+            st = repulsion.checkpoint(F, float(res["etas"][r]), top=u["top_pairs"], n_exact=u["n_exact"])
             for k in STATS:
                 out[f"thm6_{k}"][i, e] = float(st[k])
-            if i == 0:
+            if with_pairs and i == 0:
                 out["pairs_sim"][e] = st["sim"].cpu().numpy()
                 out["pairs_B"][e] = st["B"].cpu().numpy()
     return out
 
 
-@experiment(SECTION, keys=["M", "K", "n_train", "eta", "seeds", "epochs", "gram_every", "gram_dense", "thm6_seeds",
-                           "thm6_epochs", "top_pairs", "n_exact"], modules=["grokspectra.modadd", "grokspectra.repulsion"])
-def x2runs(p: dict, device: torch.device) -> dict[str, np.ndarray]:
-    """Fig. 3 (σ = x², η vs 0, seeds 0…S−1) and Theorem 6 on the first ``thm6_seeds`` grokking runs."""
+SEED_BLOCK = 3  # runs per unit: ≈ 1–3 min per unit at paper scale on 2 CPU cores
+
+
+def _train_thm6(u: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """One unit: train a block of runs (one activation, one η) keeping the weights at the Theorem-6 checkpoints,
+    log Tian's Fig. 3 diagnostics, and compute Theorem 6 on the runs whose seed is below ``thm6_below``."""
+    R = len(u["seeds"])
+    eps = u["thm6_epochs"]
+    res = modadd.train(u["M"], u["K"], u["n_train"], u["act"], [u["eta"]] * R, u["seeds"], u["epochs"],
+                       device=device, gram_every=u["gram_every"], gram_dense=u["gram_dense"],
+                       keep_F_epochs=eps if u["thm6_below"] > 0 else [])
+    out = {k: res[k].numpy() for k in u["logs"]}
+    out.update(gram_epochs=res["gram_epochs"].numpy(), etas=res["etas"].numpy(), seeds=res["seeds"].numpy(),
+               train_wall_s=res["wall_s"].numpy().reshape(1))
+    idx = [i for i, s in enumerate(u["seeds"]) if s < u["thm6_below"]]
+    if idx:
+        out.update(_thm6(res, idx, eps, u, u["act"], device, with_pairs=0 in u["seeds"]))
+    return out
+
+
+def _units(p: dict, act: str, arms: list[float], S: int, epochs: int, eps: list[int], thm6_below: list[int],
+           gram_every: int, gram_dense: int, logs) -> list[dict]:
+    base = {"M": p["M"], "K": p["K"], "n_train": p["n_train"], "act": act, "epochs": epochs, "thm6_epochs": eps,
+            "top_pairs": p["top_pairs"], "n_exact": p["n_exact"], "gram_every": gram_every,
+            "gram_dense": gram_dense, "logs": list(logs)}
+    return [{**base, "eta": eta, "seeds": blk, "thm6_below": below}
+            for eta, below in zip(arms, thm6_below) for blk in sweep.blocks(range(S), SEED_BLOCK)]
+
+
+def _reduce(p: dict, units: list[dict], results: list[dict]) -> dict[str, np.ndarray]:
+    """Per-run logs joined in unit order; Theorem-6 rows of the units that have them; the pairs of seed 0."""
+    per_run = [{k: v for k, v in r.items() if not k.startswith(("thm6_", "pairs_", "train_wall"))} for r in results]
+    out = sweep.concat_runs(per_run, shared=("gram_epochs",))
+    thm = [r for r in results if "thm6_sign_match" in r]
+    for k in STATS:
+        out[f"thm6_{k}"] = np.concatenate([r[f"thm6_{k}"] for r in thm], 0)
+    for r in thm:
+        if "pairs_sim" in r:
+            out["pairs_sim"], out["pairs_B"] = r["pairs_sim"], r["pairs_B"]
+    out["thm6_epochs"] = np.array(units[0]["thm6_epochs"])
+    out["train_wall_s"] = np.array(sum(float(r["train_wall_s"].sum()) for r in results))
+    return out
+
+
+def _cost(u: dict) -> float:
+    return len(u["seeds"]) * u["epochs"] * (1 + 0.5 * (u["thm6_below"] > 0))
+
+
+def _shrink(u: dict) -> dict:
+    return {**u, "seeds": u["seeds"][:1], "epochs": 10, "thm6_epochs": [10], "thm6_below": 0}
+
+
+def _x2_units(p: dict) -> list[dict]:
     S = p["seeds"]
     if p["thm6_seeds"] > S:
         raise ValueError(f"thm6_seeds={p['thm6_seeds']} exceeds seeds={S}: Theorem 6 reuses the Fig. 3 runs")
     eps = sorted(set(p["thm6_epochs"]))
     if eps[-1] > p["epochs"]:
         raise ValueError(f"thm6_epochs {eps} go beyond epochs={p['epochs']}")
-    seeds = list(range(S)) * 2
-    etas = [p["eta"]] * S + [0.0] * S
-    res = modadd.train(p["M"], p["K"], p["n_train"], "x2", etas, seeds, p["epochs"], device=device,
-                       gram_every=p["gram_every"], gram_dense=p["gram_dense"], keep_F_epochs=eps)
-    out = {k: res[k].numpy() for k in LOGS}
-    out.update(gram_epochs=res["gram_epochs"].numpy(), etas=res["etas"].numpy(), seeds=res["seeds"].numpy(),
-               thm6_epochs=np.array(eps), train_wall_s=res["wall_s"].numpy())
-    out.update(_thm6(res, list(range(p["thm6_seeds"])), eps, p, "x2", device))
-    return out
+    return _units(p, "x2", [p["eta"], 0.0], S, p["epochs"], eps, [p["thm6_seeds"], 0], p["gram_every"],
+                  p["gram_dense"], LOGS)
 
 
-@experiment(SECTION, keys=["M", "K", "n_train", "eta", "relu_seeds", "relu_epochs", "relu_thm6_epochs", "top_pairs",
-                           "n_exact"], modules=["grokspectra.modadd", "grokspectra.repulsion"])
-def relu(p: dict, device: torch.device) -> dict[str, np.ndarray]:
-    """σ = ReLU runs (η, seeds 0…R−1), trained with ReLU, and their Theorem-6 statistics."""
+@experiment(SECTION, keys=["M", "K", "n_train", "eta", "seeds", "epochs", "gram_every", "gram_dense", "thm6_seeds",
+                           "thm6_epochs", "top_pairs", "n_exact"], units=_x2_units, reduce=_reduce, cost=_cost,
+            shrink=_shrink)
+def x2runs(u: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """Fig. 3 of {cite}`tian2025li2` (σ = x², η vs 0, seeds 0…S−1) and Theorem 6 on the first ``thm6_seeds``
+    grokking runs; one unit per (arm, block of seeds)."""
+    return _train_thm6(u, device)
+
+
+def _relu_units(p: dict) -> list[dict]:
     eps = sorted(set(p["relu_thm6_epochs"]))
     if eps[-1] > p["relu_epochs"]:
         raise ValueError(f"relu_thm6_epochs {eps} go beyond relu_epochs={p['relu_epochs']}")
     R = p["relu_seeds"]
-    res = modadd.train(p["M"], p["K"], p["n_train"], "relu", [p["eta"]] * R, list(range(R)), p["relu_epochs"],
-                       device=device, gram_every=50, gram_dense=0, keep_F_epochs=eps)
-    out = {k: res[k].numpy() for k in ("train_acc", "test_acc", "rho_code")}
-    out.update(thm6_epochs=np.array(eps), gram_epochs=res["gram_epochs"].numpy(), train_wall_s=res["wall_s"].numpy())
-    out.update(_thm6(res, list(range(R)), eps, p, "relu", device))
-    return out
+    return _units(p, "relu", [p["eta"]], R, p["relu_epochs"], eps, [R], 50, 0, ("train_acc", "test_acc", "rho_code"))
 
 
-@experiment(SECTION, keys=["eta"], modules=["grokspectra.repulsion"])
+@experiment(SECTION, keys=["M", "K", "n_train", "eta", "relu_seeds", "relu_epochs", "relu_thm6_epochs", "top_pairs",
+                           "n_exact"], units=_relu_units, reduce=_reduce, cost=_cost, shrink=_shrink)
+def relu(u: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """σ = ReLU runs (η, seeds 0…R−1), trained with ReLU, and their Theorem-6 statistics; one unit per seed
+    block."""
+    return _train_thm6(u, device)
+
+
+@experiment(SECTION, keys=["eta"])
 def identity(p: dict, device: torch.device) -> dict[str, np.ndarray]:
     """Brief §2.3 on random x² features (n = 40 < K = 56, so F̃ᵀF̃ is singular), every pair j < ℓ, float64:
     max relative gap between B_jℓ and (S⁻¹)_jℓ (Schur complement with the exact P_{η,−jℓ}), the fraction of pairs
