@@ -116,7 +116,7 @@ def cmd_run(a) -> int:
 
 def _dry_run(plans, store: Store, a) -> int:
     """List every unit, whether it is stored, and its estimated time (from stored units or a timed probe)."""
-    total_left = 0.0
+    total_left, unknown = 0.0, 0
     for e, P in plans:
         profile = e.profile_for(P)
         units = e.units(e.params(P))
@@ -124,12 +124,14 @@ def _dry_run(plans, store: Store, a) -> int:
         rate, how = sweep.estimate_rate(e, store, device=P.get("device", "auto"), time_probe=not a.no_probe)
         left = sum(e.cost_of(u) * rate for u, h in zip(units, have) if not h)
         total_left += left if left == left else 0.0
+        unknown += left != left
         print(f"{e.name} [{profile}]: {sum(have)}/{len(units)} units stored; estimated time left "
               f"{sweep.fmt_seconds(left)} ({how})")
         for i, (u, h) in enumerate(zip(units, have)):
             est = "stored" if h else sweep.fmt_seconds(e.cost_of(u) * rate)
             print(f"  {i:4d}  {est:>8s}  {sweep.describe(u)}")
-    print(f"estimated time left in all: {sweep.fmt_seconds(total_left)} on this machine's device(s)")
+    print(f"estimated time left in all: {sweep.fmt_seconds(total_left)} on this machine's device(s)"
+          + (f", plus {unknown} experiment(s) with no estimate" if unknown else ""))
     return 0
 
 
@@ -139,7 +141,7 @@ def cmd_status(a) -> int:
     store = Store(a.store) if a.store else Store()
     ex.load_chapters()
     rows = []
-    total_left = 0.0
+    total_left, unknown = 0.0, 0
     for name in sorted(ex.REGISTRY, key=_order):
         e = ex.REGISTRY[name]
         try:
@@ -155,12 +157,14 @@ def cmd_status(a) -> int:
         rate, _ = sweep.estimate_rate(e, store, time_probe=False)
         left = sum(e.cost_of(u) for u in units) * rate * (1 - n / max(len(units), 1)) if n < len(units) else 0.0
         total_left += left if left == left else 0.0
+        unknown += left != left
         rows.append((name, f"{n}/{len(units)}", state, sweep.fmt_seconds(left) if n < len(units) else "0"))
     print(f"profile {a.profile} in {store.root}")
     print(f"{'experiment':22s} {'units':>9s}  {'result':8s}  est. time left")
     for r in rows:
         print(f"{r[0]:22s} {r[1]:>9s}  {r[2]:8s}  {r[3]}")
-    print(f"estimated time left in all: {sweep.fmt_seconds(total_left)} (experiments with no stored unit: '?')")
+    print(f"estimated time left in all: {sweep.fmt_seconds(total_left)}"
+          + (f", plus {unknown} experiment(s) with no stored unit to time ('?'; see run --dry-run)" if unknown else ""))
     return 0
 
 

@@ -176,6 +176,11 @@ def estimate_rate(exp, store: Store, device: str = "auto", time_probe: bool = Tr
     """Seconds per unit of cost for ``exp``: from its stored units (any profile, current code) when there are
     some, else from timing the shrunken cheapest unit of its ``ci`` profile (``time_probe``). Returns
     ``(rate, how)``; ``rate`` is NaN when neither is possible."""
+    if exp._cost is None and len(exp.units(exp.params(_ci(exp)))) <= 1:
+        # one unit whose size changes with the profile and no cost model: a timing would not scale
+        rates = [float(m["wall_s"]) for m in store.metas(exp.name) if m.get("code") == exp.code()
+                 and m.get("profile") == "paper"]
+        return (float(rates[0]), "stored") if rates else (float("nan"), "no cost model for this experiment")
     rates = []
     for m in store.metas(exp.name):
         if m.get("code") == exp.code() and m.get("cost") and m.get("wall_s") == m.get("wall_s"):
@@ -204,6 +209,12 @@ def concat_runs(results: Sequence[Mapping[str, np.ndarray]], shared: Sequence[st
     for k in results[0]:
         out[k] = np.asarray(results[0][k]) if k in shared else np.concatenate([np.asarray(r[k]) for r in results], 0)
     return out
+
+
+def _ci(exp) -> dict:
+    from .params import load_profile
+
+    return load_profile("ci", exp.section)
 
 
 def describe(unit: Mapping, width: int = 90) -> str:
