@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import torch
 
+from .device import DivergenceError, check_steps
 from .multiindex import (fresh_latents, link as make_link, make_generator, per_sample_F_and_loss, per_sample_FLD,
                          risk_from_overlaps)
 
 
-class DMFTError(RuntimeError):
+class DMFTError(DivergenceError, RuntimeError):
     """The DMFT recursion broke down (a covariance lost positive definiteness or a value became non-finite)."""
+
+
+CHECK_EVERY = 25  # steps between checks of the recorded overlaps and risks for divergence
 
 
 def _cholesky(C: torch.Tensor, t: int) -> torch.Tensor:
@@ -62,6 +66,10 @@ def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int
     ``C_F``, ``R_F``, ``R_theta`` [T+1,T+1,m,m] (R_theta[t,s] = B_{t,s}), and for each t in ``keep``:
     ``law[t] = {"z": [N,k], "y": [N], "u": [N,m]}`` (also ``z``, ``y``, ``u[t]``), from which the Hessian weight law
     is G_t = per_sample_D(u, y, act, a, b) and the hard coordinates are ζ = z[:, link.hard] (brief §5.2).
+
+    Raises :class:`DMFTError` (a ``grokspectra.device.DivergenceError``) naming the step where a covariance lost
+    positive definiteness or F became non-finite, and ``DivergenceError`` naming the first step where M or a risk
+    became NaN, infinite or larger than 1e30 (checked every :data:`CHECK_EVERY` steps and at the end).
     """
     lk = make_link(link)
     k = lk.k if k is None else k
@@ -118,6 +126,7 @@ def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int
     train = torch.zeros(T + 1, **K64)
     test = torch.zeros(T + 1, **K64)
     out_u = {}
+    c0 = 0  # first step not yet checked for divergence
 
     for t in range(T + 1):
         # 1. w^t = block-row t of chol(Q_⊥[0..t, 0..t]) applied to (ξ^0 … ξ^t)
@@ -152,6 +161,11 @@ def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int
         train[t] = Lval.double().mean()
         test[t] = risk_from_overlaps(M[t].to(dtype), (M[t].T @ M[t] + Qtt).to(dtype), z_te, xi_te, y_te,
                                      act, a, b, loss).double()
+        if t % CHECK_EVERY == CHECK_EVERY - 1 or t == T:
+            check_steps(f"DMFT (δ = {delta:g}, η = {eta:g}, N = {N}, memory = {memory})", c0,
+                        {"M": M[c0:t + 1], "train risk": train[c0:t + 1], "test risk": test[c0:t + 1]},
+                        hint="the step size is too large for this δ (reduce eta)")
+            c0 = t + 1
         if t in keep:
             out_u[t] = u
         if t == T:

@@ -13,16 +13,26 @@ import numpy as np
 import scipy.sparse.linalg as sla
 import torch
 
+from .device import DivergenceError
 from .multiindex import per_sample_D
 
 
-class EigenConvergenceError(RuntimeError):
-    """The iterative eigensolver did not reach the requested residual."""
+class EigenConvergenceError(DivergenceError, RuntimeError):
+    """The iterative eigensolver did not reach the requested residual (a ``grokspectra.device.DivergenceError``,
+    so an experiment reports it with its name and parameters)."""
 
     def __init__(self, method: str, iterations: int, residual: float, tol: float):
         self.method, self.iterations, self.residual, self.tol = method, iterations, residual, tol
         super().__init__(f"{method} did not converge: relative residual {residual:.3e} > tol {tol:.1e} after "
                          f"{iterations} iterations (raise maxiter, loosen tol, or use method='dense' when md is small)")
+
+
+def _finite(what: str, t: torch.Tensor) -> None:
+    """Refuse non-finite input to an eigensolver (its output would be meaningless): raise ``DivergenceError``."""
+    bad = int((~torch.isfinite(t)).sum())
+    if bad:
+        raise DivergenceError(f"Hessian eigensolver: {what} holds {bad} non-finite value(s) of {t.numel()} "
+                              f"(the run that produced Θ diverged)")
 
 
 def vec_to_mat(v: torch.Tensor, d: int, m: int) -> torch.Tensor:
@@ -100,8 +110,10 @@ def lowest_eigpairs(Theta, X, y, act="gelu", a=None, b=None, *, k: int = 1, meth
     Lanczos): scipy solvers driving the matrix-free :func:`hessian_matvec` in float64 on Theta's device, for one problem
     (no leading dims). Raises :class:`EigenConvergenceError` when the relative residual ‖Hv − λv‖/‖H‖ exceeds ``tol``.
     """
+    _finite("Θ", Theta)
     if method == "dense":
         H = hessian_dense(Theta, X, y, act, a, b, lam=lam, loss=loss)
+        _finite("the dense Hessian H", H)
         w, V = torch.linalg.eigh(H)
         return w[..., :k], V[..., :k]
     if method not in ("lobpcg", "lanczos"):
@@ -112,6 +124,7 @@ def lowest_eigpairs(Theta, X, y, act="gelu", a=None, b=None, *, k: int = 1, meth
     dev = Theta.device
     Th, X64, y64 = Theta.double(), X.double(), y.double()
     D = hessian_weights(Th, X64, y64, act, a, b, loss)
+    _finite("the Hessian weights D_i", D)
 
     def mv(V):
         V = np.asarray(V, dtype=np.float64)

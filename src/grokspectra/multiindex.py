@@ -18,6 +18,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from .device import check_finite, check_steps
+
 SQRT2 = math.sqrt(2.0)
 INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
@@ -340,10 +342,14 @@ def spectral_direction(Theta_star, link_, n_spec: int, preprocess: Callable, *, 
         w = ((X @ v[..., None]).squeeze(-1) * Tn)[..., None]
         v = (X.transpose(1, 2) @ w).squeeze(-1) / n_spec + shift * v
         v = v / v.norm(dim=-1, keepdim=True)
+    check_finite("spectral initialisation (power iteration)", iters, v)
     return v
 
 
 # --- gradient descent ---------------------------------------------------------------------------------------------
+CHECK_EVERY = 50  # steps between divergence checks (each is one host synchronisation)
+
+
 def fresh_latents(k: int, m: int, n_test: int, link_, *, device, dtype, generator, batch: tuple = ()):
     """Fresh test samples in the (k + m)-dimensional latent space: (z [*batch, n_test, k], ξ [*batch, n_test, m],
     y [*batch, n_test]). For x ~ N(0, I_d) the pair (Θ_*ᵀx, Θᵀx) is exactly Gaussian with covariance
@@ -404,6 +410,12 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
         ``M`` [.., T+1, k, m] = Θ_*ᵀΘ^t, ``Q`` [.., T+1, m, m] = Θ^tᵀΘ^t, ``train`` [.., T+1] = (1/n) Σ_i L(u_i^t; y_i)
         (without the ridge term), ``test`` [.., T+1] (fresh data), ``theta`` {t: Θ^t}. Leading dims are [trials] for a
         single n, else [groups, trials] (and ``theta[t]`` is then a list over groups).
+
+    Raises
+    ------
+    grokspectra.device.DivergenceError
+        When the train risk or ΘᵀΘ becomes NaN, infinite or larger than 1e30, naming the first such step (checked
+        every :data:`CHECK_EVERY` steps and at the end).
     """
     if T < 0 or eta <= 0:
         raise ValueError(f"need T >= 0 and eta > 0; got T={T}, eta={eta}")
@@ -430,6 +442,7 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
         Tt = Ts.transpose(1, 2)
         Xt = X.transpose(1, 2)
         kept = {}
+        c0 = 0  # first step not yet checked for divergence
         for t in range(T + 1):
             Ms[:, t] = Tt @ Th
             Qs[:, t] = Th.transpose(1, 2) @ Th
@@ -438,6 +451,11 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
             U = torch.bmm(X, Th)
             F, L = per_sample_F_and_loss(U, y, act, a, b, loss)
             tr[:, t] = L.mean(-1)
+            if t % CHECK_EVERY == CHECK_EVERY - 1 or t == T:  # one host synchronisation per CHECK_EVERY steps
+                check_steps(f"GD (n = {n}, d = {d}, m = {m}, η = {eta:g})", c0,
+                            {"train risk": tr[:, c0:t + 1], "ΘᵀΘ": Qs[:, c0:t + 1]}, dim=1,
+                            hint="the step size is too large for this problem (reduce eta)")
+                c0 = t + 1
             if t < T:
                 Th = torch.baddbmm(Th, Xt, F, beta=shrink, alpha=-eta / n)
         te = torch.cat([risk_from_overlaps(Ms[:, s:s + 32], Qs[:, s:s + 32], z_te, xi_te, y_te, act, a, b, loss)

@@ -25,10 +25,13 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .device import DivergenceError
 
-class ConvergenceError(RuntimeError):
-    """A fixed-point solve did not converge: carries the spectral argument ``z``, the ``iterations`` spent and the
-    final ``residual`` (relative), so a wrong branch is never returned silently."""
+
+class ConvergenceError(DivergenceError, RuntimeError):
+    """A fixed-point solve did not converge (or produced non-finite values): carries the spectral argument ``z``,
+    the ``iterations`` spent and the final ``residual`` (relative), so a wrong branch is never returned silently.
+    A ``grokspectra.device.DivergenceError``, so an experiment reports it with its name and parameters."""
 
     def __init__(self, z, iterations: int, residual: float, what: str = "fixed point"):
         self.z, self.iterations, self.residual = z, int(iterations), float(residual)
@@ -237,15 +240,15 @@ def bulk_stieltjes(G, delta: float, zs, *, weights=None, tol: float = 1e-10, max
         target = tol if k == n_stage else 1e-8
         S, res, it = _newton(G, w, delta, S, z, target, max_iter, admissible)
         for _ in range(3):  # a stalled Newton is pulled back to the physical branch by damped iteration
-            bad = (res > target) | ~admissible(S)
+            bad = ~(res <= target) | ~admissible(S)  # a NaN residual is not convergence
             if not bool(bad.any()):
                 break
             S = torch.where(bad[:, None, None], _damped(G, w, delta, S, z, 300), S)
             S, res, it2 = _newton(G, w, delta, S, z, target, max_iter, admissible)
             it += 300 + it2
-        bad = (res > 10 * target) | ~admissible(S)
+        bad = ~(res <= 10 * target) | ~admissible(S)  # a NaN residual is not convergence
         if bool(bad.any()):
-            i = int(torch.argmax(torch.where(bad, res, torch.zeros_like(res))))
+            i = int(torch.argmax(torch.where(bad, res.nan_to_num(nan=float("inf")), torch.zeros_like(res))))
             raise ConvergenceError(complex(z[i]), it, float(res[i]), "bulk Stieltjes solve")
     return S
 
@@ -351,7 +354,7 @@ def _march(G, w, delta, z_to, side, start=None, tol=1e-12, h_min_rel=1e-7):
             if done:
                 break
         S, res, _ = _newton(G, w, delta, S, zt, tol, 50, adm)
-        if float(res) > 1e-9:
+        if not float(res) <= 1e-9:  # NaN included
             raise ConvergenceError(z, 200, float(res), "real-axis S far outside the bulk")
         S = S[0]
     else:
@@ -506,6 +509,8 @@ def outlier(G, zeta, delta: float, *, weights=None, edge: float | None = None, s
     out = {"edge": float(edge), "root": float("nan"), "overlap": float("nan"), "vector": None,
            "exists": False, "spurious": False}
     f0 = f(z0)
+    if not math.isfinite(f0):
+        raise ConvergenceError(z0, len(path), float("nan"), "outlier equation at the bulk edge (non-finite Φ)")
     out["phi_edge"] = f0 * sgn
     if f0 >= 0:
         return out
@@ -550,6 +555,8 @@ def nn_criterion(G, zeta, delta: float, *, weights=None, side: str = "left") -> 
     start = _starter(path, side)
     z0 = min(0.0, path[-1][0]) if side == "left" else path[-1][0]
     v = phi_min_at(G, zeta, delta, z0, weights=w, side=side, start=start(z0))
+    if not math.isfinite(v) or not math.isfinite(edge):
+        raise ConvergenceError(z0, len(path), float("nan"), f"δ_NN criterion at δ = {delta:g} (non-finite value)")
     return {"crit": sgn * v, "z0": z0, "edge": float(edge)}
 
 
