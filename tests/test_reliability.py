@@ -316,8 +316,14 @@ def test_threads_follow_the_free_cores(monkeypatch):
             assert dv.choose_threads(apply=False) == want
         monkeypatch.setenv("GROKSPECTRA_THREADS", "3")
         assert dv.choose_threads() == 3 and torch.get_num_threads() == 3
+        torch.set_num_threads(1)  # a notebook's own choice after import is kept by get_device
+        dv.get_device("cpu")
+        assert torch.get_num_threads() == 1
         monkeypatch.setenv("GROKSPECTRA_THREADS", "x")
         with pytest.raises(SettingError, match="GROKSPECTRA_THREADS='x'"):
             dv.choose_threads()
+        monkeypatch.setattr(dv, "_THREADS_SET", None)  # as after a failed choice at import
+        with pytest.raises(SettingError, match="GROKSPECTRA_THREADS='x'"):
+            dv.get_device("cpu")
     finally:
         torch.set_num_threads(n0)

@@ -163,9 +163,17 @@ def choose_threads(*, apply: bool = True) -> int:
 
 
 def ensure_threads() -> None:
-    """Apply :func:`choose_threads` once per process (called by :func:`get_device`, so notebooks get it too)."""
+    """Apply :func:`choose_threads` once per process. It is tried when this module is first imported (so a
+    notebook's own later ``torch.set_num_threads`` wins), and again by :func:`get_device` if that failed, which then
+    raises the :class:`SettingError`."""
     if _THREADS_SET is None:
         choose_threads()
+
+
+try:
+    ensure_threads()
+except SettingError:
+    pass  # reported by the command line at start, and by get_device before any computation
 
 
 def check_steps(what: str, t0: int, series: dict[str, torch.Tensor], *, dim: int = 0, bound: float = 1e30,
