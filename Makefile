@@ -85,7 +85,7 @@ run: $(STAMP)
 	    || exit 2; \
 	  out=build/runs/$(NB)-$$id; mkdir -p $$out; rm -f $$out/$(NB).ipynb $$out/$(NB).json; \
 	  $(BIN)/jupytext --quiet --to ipynb --output $$part/source.ipynb notebooks/$(NB).md; \
-	  echo "executing $(NB) ($(PROFILE)$(if $(P), $(P),)) into $$out/"; \
+	  echo "executing $(NB) ($(PROFILE) profile) into $$out/"; \
 	  GROKSPECTRA_SUMMARY_DIR=$(CURDIR)/$$part/summary $(BIN)/papermill --no-progress-bar -k python3 --cwd notebooks \
 	    $$part/source.ipynb $$part/$(NB).ipynb -f $$part/params.yaml $(P) \
 	    || { echo "notebook $(NB) FAILED (see the traceback above); nothing written to $$out/"; exit 1; }; \
