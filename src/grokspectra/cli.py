@@ -11,28 +11,39 @@
     python -m grokspectra params ci ch6_repulsion           # the YAML papermill gets for a notebook
     python -m grokspectra bench modadd --device cuda
     python -m grokspectra pack results-paper.tar.gz         # archive results/paper (to bring back from a GPU)
+    python -m grokspectra check ch1_dmft -p eta 1e-3 -y "ds: [250, 500]"   # validate as papermill will read them
+
+Bad input (an unknown or out-of-range parameter, a malformed profile, an unavailable device, a bad
+$GROKSPECTRA_THREADS) and diverged computations end with one line `error: ...` on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
 import tarfile
+import tempfile
 import time
+from pathlib import Path
 
 import yaml
 
 from . import experiments as ex
 from . import sweep
-from .device import DivergenceError
-from .params import ParamError, load_profile
+from .device import DeviceUnavailable, DivergenceError, SettingError, choose_threads, get_device
+from .params import ParamError, load_profile, parse_value, parse_yaml
 from .store import Store, StoreError, default_root
+
+#: exit status of every input or divergence error (argparse uses the same for a malformed command line)
+EXIT_INPUT = 2
 
 
 def _value(text: str):
-    return yaml.safe_load(text)
+    """A ``--set`` value: papermill's rules for ``-p`` (:func:`grokspectra.params.parse_value`)."""
+    return parse_value(text)
 
 
 def _targets(target: str) -> list[ex.Experiment]:
@@ -177,10 +188,7 @@ def cmd_list(a) -> int:
 
 
 def cmd_params(a) -> int:
-    try:
-        P = load_profile(a.profile, a.section)
-    except ParamError as err:
-        raise SystemExit(f"error: {err}")
+    P = load_profile(a.profile, a.section)
     sys.stdout.write(yaml.safe_dump(P, sort_keys=True))
     return 0
 
@@ -204,38 +212,99 @@ def chapter_of(section: str):
         raise SystemExit(f"error: {err}")
 
 
-def cmd_check(a) -> int:
-    """Validate a profile's parameters plus papermill-style ``-p name value`` overrides before running."""
-    mod = chapter_of(a.section)
+def resolved_params(section: str, profile: str, yamls=(), ps=(), raws=()) -> dict:
+    """A notebook's parameters exactly as papermill will inject them: the profile's section (papermill's ``-f``),
+    then every ``-y`` YAML mapping, then every ``-p NAME VALUE`` (:func:`~grokspectra.params.parse_value`), then
+    every ``-r NAME VALUE`` (raw text), in papermill's order; validated by the notebook's schema, and the device
+    checked to exist on this machine. Raises :class:`ParamError` naming the parameter."""
+    mod = chapter_of(section)
     try:
-        P = load_profile(a.profile, a.section)
-        for name, value in a.p or []:
-            P[name] = _value(value)
-        mod.SCHEMA.validate(P)
+        P = load_profile(profile, section)
+        for text in yamls:
+            P.update(parse_yaml(text, f"-y {text!r}"))
+        for name, value in ps:
+            P[name] = parse_value(value)
+        for name, value in raws:
+            P[name] = value
+        P = mod.SCHEMA.validate(P)
+        if "device" in P:
+            try:
+                get_device(P["device"])
+            except DeviceUnavailable as err:
+                raise ParamError(f"parameter 'device' = {P['device']!r}: {err}") from None
     except ParamError as err:
-        raise SystemExit(f"error: notebook {a.section}: {err}")
+        raise ParamError(f"notebook {section}: {err}") from None
+    return P
+
+
+def params_id(P: dict) -> str:
+    """A short hash of resolved parameters: names a rerun's outputs (``build/runs/<notebook>-<id>/``)."""
+    text = json.dumps(P, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def cmd_check(a) -> int:
+    """Validate a profile's parameters plus papermill-style overrides before running; ``--id`` prints the short
+    hash of the resolved parameters (``make run`` names its outputs by it)."""
+    P = resolved_params(a.section, a.profile, a.y or [], a.p or [], a.r or [])
+    if a.write_params:
+        Path(a.write_params).write_text(yaml.safe_dump(P, sort_keys=True))
+    if a.id:
+        print(params_id(P))
     return 0
 
 
 def cmd_pack(a) -> int:
-    root = default_root() / a.profile
-    with tarfile.open(a.out, "w:gz") as tar:
-        tar.add(root, arcname=f"results/{a.profile}")
-    print(f"packed {root} into {a.out}")
+    """Archive ``<store>/<profile>`` atomically (a temporary file renamed on success); leftover temporary files of
+    interrupted writes (``*.tmp``) are never packed."""
+    store = default_root()
+    have = sorted(p.name for p in store.iterdir() if p.is_dir()) if store.is_dir() else []
+    if Path(a.profile).name != a.profile or a.profile.startswith(".") or a.profile not in have:
+        raise ParamError(f"pack: no results for profile {a.profile!r} in {store}; profiles with results: {have}")
+    root = store / a.profile
+    out = Path(a.out)
+    if not out.parent.is_dir():
+        raise ParamError(f"pack: the folder of {str(out)!r} does not exist")
+
+    def keep(info: tarfile.TarInfo):
+        return None if info.name.endswith(".tmp") else info
+
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            tar.add(root, arcname=f"results/{a.profile}", filter=keep)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    print(f"packed {root} into {out}")
     return 0
 
 
-def _threads() -> None:
-    """``$GROKSPECTRA_THREADS`` sets torch's CPU thread count (useful on a shared or small machine)."""
-    n = os.environ.get("GROKSPECTRA_THREADS")
-    if n:
-        import torch
-
-        torch.set_num_threads(max(1, int(n)))
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def main(argv=None) -> int:
-    _threads()
+    """Run a command; input errors and diverged computations become one line ``error: ...`` on stderr and exit
+    status 2 (nothing is written: each is raised before or instead of a store write)."""
+    try:
+        return _main(argv)
+    except (ParamError, SettingError, DeviceUnavailable, DivergenceError, StoreError, sweep.SweepError) as err:
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_INPUT
+    except SystemExit as err:
+        if isinstance(err.code, str):  # raise SystemExit("error: ...") inside a command
+            msg = _one_line(err.code)
+            print(msg if msg.startswith("error:") else f"error: {msg}", file=sys.stderr)
+            return EXIT_INPUT
+        raise
+
+
+def _main(argv=None) -> int:
+    choose_threads()
     p = argparse.ArgumentParser(prog="python -m grokspectra", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -272,7 +341,12 @@ def main(argv=None) -> int:
     c = sub.add_parser("check", help="validate a notebook's parameters (profile + -p overrides)")
     c.add_argument("section")
     c.add_argument("--profile", default="ci")
-    c.add_argument("-p", nargs=2, action="append", metavar=("NAME", "VALUE"))
+    c.add_argument("-p", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="a parameter, read as papermill reads -p (True/False/None, int, float, else text)")
+    c.add_argument("-y", action="append", metavar="YAML", help="parameters as a YAML mapping (papermill's -y)")
+    c.add_argument("-r", nargs=2, action="append", metavar=("NAME", "VALUE"), help="a raw text parameter")
+    c.add_argument("--id", action="store_true", help="print the short hash of the resolved parameters")
+    c.add_argument("--write-params", metavar="FILE", help="write the resolved parameters as YAML (papermill's -f)")
     c.set_defaults(fn=cmd_check)
     k = sub.add_parser("pack", help="archive a profile's results")
     k.add_argument("out")
