@@ -126,6 +126,7 @@ def table_md_compact(rows: list[Claim]) -> str:
     out = ["| claim (source) | claimed | ours | agreement (judged at) |", "|---|---|---|---|"]
     for r in rows:
         claim = f"{r.claim} ({r.source})" if r.source else r.claim
-        agree = r.mark() + (f" {r.note}" if r.note else "") + (f" ({r.scale})" if r.scale else "")
+        shown = r.scale and f"at {r.scale}" not in r.note  # an un-scored row already names its scale
+        agree = r.mark() + (f" {r.note}" if r.note else "") + (f" ({r.scale})" if shown else "")
         out.append("| " + " | ".join(_cell(c) for c in (claim, r.claimed, r.ours, agree)) + " |")
     return "\n".join(out)
