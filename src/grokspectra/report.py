@@ -144,3 +144,20 @@ def glue_md(name: str, text: str) -> None:
     from myst_nb import glue
 
     glue(name, Markdown(text), display=False)
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``"1 seed"``, ``"2 seeds"``: a count with its noun in the right number (``words``: an irregular plural)."""
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
+def table_md_compact(rows: list[Claim]) -> str:
+    """The claims as a four-column markdown table that fits a phone's width: the source goes under the claim and
+    the scale a row was judged at under its agreement (same content as :func:`table_md`)."""
+    out = ["| claim (source) | claimed | ours | agreement (judged at) |", "|---|---|---|---|"]
+    for r in rows:
+        claim = f"{r.claim} ({r.source})" if r.source else r.claim
+        shown = r.scale and f"at {r.scale}" not in r.note  # an un-scored row already names its scale
+        agree = r.mark() + (f" {r.note}" if r.note else "") + (f" ({r.scale})" if shown else "")
+        out.append("| " + " | ".join(_cell(c) for c in (claim, r.claimed, r.ours, agree)) + " |")
+    return "\n".join(out)

@@ -1,12 +1,14 @@
-"""Chapter 6: Tian's modular-addition grokking (Fig. 3) and the repulsion theorem (Theorem 6), brief §1–§3.4.
+"""Chapter 6: Tian's modular-addition grokking (Fig. 3) and the repulsion theorem (Theorem 6), as tested by Xu
+(arXiv:2605.08119; his repository skydancerosel/grokking-integrability, folder tian_eigengap/).
 
 Experiments (all through the result store):
 
 * :func:`x2runs` — σ = x², seeds 0…S−1 × {η, 0} (paired: each grok run shares split and init with its control),
   Tian's Fig. 3 diagnostics for every run, and the Theorem-6 statistics of the first ``thm6_seeds`` grokking runs
   at ``thm6_epochs`` (weights kept by the engine, so no replay).
-* :func:`relu` — the same Theorem-6 statistics for σ = ReLU networks actually trained with ReLU (brief §6.2).
-* :func:`identity` — the sign rule as an identity on random matrices (brief §2.3).
+* :func:`relu` — the same Theorem-6 statistics for σ = ReLU networks actually trained with ReLU (Xu's replay script
+  ``theorem6_verify.py`` @ 1fbaa890 rebuilt its model without the activation).
+* :func:`identity` — the sign rule as an identity on random matrices (the Schur-complement argument of the chapter).
 
 ``BENCHMARKS["modadd"]`` times 30 runs × 400 epochs with all diagnostics (or extrapolates it from a short run).
 """
@@ -166,7 +168,7 @@ def relu(u: dict, device: torch.device) -> dict[str, np.ndarray]:
 
 @experiment(SECTION, keys=["eta"])
 def identity(p: dict, device: torch.device) -> dict[str, np.ndarray]:
-    """Brief §2.3 on random x² features (n = 40 < K = 56, so F̃ᵀF̃ is singular), every pair j < ℓ, float64:
+    """The sign rule as an identity on random x² features (n = 40 < K = 56, so F̃ᵀF̃ is singular), every pair j < ℓ, float64:
     max relative gap between B_jℓ and (S⁻¹)_jℓ (Schur complement with the exact P_{η,−jℓ}), the fraction of pairs
     with sgn B_jℓ = −sgn f̃_jᵀP_{η,−jℓ}f̃_ℓ, and max relative gap between f̃_jᵀP_ηf̃_ℓ and −η²B_jℓ, at the chapter's η
     and at η = 1 (features scaled to unit mean column norm)."""
@@ -212,117 +214,6 @@ def first_epoch(series: np.ndarray, thr: float, x: np.ndarray | None = None) -> 
     x = np.arange(series.shape[1]) if x is None else np.asarray(x)
     hit = np.nan_to_num(series, nan=-np.inf) >= thr
     return np.where(hit.any(1), x[hit.argmax(1)].astype(float), np.nan)
-
-
-def _near(ours: float, claimed: float, *, ep: float | None = None, rel: float | None = None, ab: float | None = None):
-    """Agreement within an absolute epoch window, a relative or an absolute tolerance; None when ours is NaN."""
-    if ours is None or not np.isfinite(ours):
-        return None
-    if ep is not None:
-        return bool(abs(ours - claimed) <= ep)
-    if rel is not None:
-        return bool(abs(ours - claimed) <= rel * abs(claimed))
-    return bool(abs(ours - claimed) <= ab)
-
-
-def _series_claim(claim, source, table: dict, epochs, values, tol=0.03, note="", min_seeds=1, seeds=1):
-    """A claim about a series at checkpoints: compared (±tol) at the checkpoints both have; not compared when
-    none is shared or when ours has fewer than ``min_seeds`` seeds (e.g. a 5-seed median)."""
-    common = [i for i, e in enumerate(epochs) if int(e) in table]
-    claimed = " / ".join(f"{table[k]:g}" for k in table) + " at epochs " + "/".join(str(k) for k in table)
-    if not common:
-        return Claim(claim, source, claimed, "no common checkpoint in this profile", None, note)
-    ours = " / ".join(f"{values[i]:.3f}" for i in common) + " at " + "/".join(str(int(epochs[i])) for i in common)
-    if seeds < min_seeds:
-        return Claim(claim, source, claimed, ours + f" ({seeds} seed{'s' if seeds > 1 else ''})", None,
-                     f"needs ≥ {min_seeds} seeds (paper profile)")
-    ok = all(abs(values[i] - table[int(epochs[i])]) <= tol for i in common)
-    return Claim(claim, source, claimed, ours, ok, note)
-
-
-def claims(x2, rl, ident) -> list[Claim]:
-    """The closing table: each Tian/Xu number this chapter addresses, ours, and agreement decided here
-    (epochs ±5, accuracies and fractions ±0.03, magnitudes ±15%)."""
-    S = int(x2.meta["params"]["seeds"])
-    T = int(x2.meta["params"]["epochs"])
-    g, c = slice(0, S), slice(S, 2 * S)
-    gep = x2["gram_epochs"]
-    tr1 = first_epoch(x2["train_acc"][g], 1.0)
-    tr1p = first_epoch(x2["train_acc"][g], 0.9995)
-    te05 = first_epoch(x2["test_acc"][g], 0.5)
-    te99 = first_epoch(x2["test_acc"][g], 0.99)
-    rho_g = first_epoch(x2["rho_code"][g], 0.075, gep)
-    rho_c = first_epoch(x2["rho_code"][c], 0.075, gep)
-    gf = x2["gf_norm_all"]
-    ctrl_final = float(np.median(x2["test_acc"][c, -1]))
-    nseed = f"({S} seed{'s' if S > 1 else ''})"
-    rows = [
-        Claim("train accuracy reaches 1.0 (η = 2e-4, seed 0)", "Xu findings", "epoch 25",
-              f"{fmt(tr1p[0])} (≥ 0.9995, i.e. 1.000 to 3 decimals); exactly 1 at {fmt(tr1[0])}",
-              _near(tr1p[0], 25, ep=5) or _near(tr1[0], 25, ep=5),
-              f"one training pair stays misclassified from epoch {fmt(tr1p[0])} to {fmt(tr1[0] - 1)}; Xu's 25 falls "
-              f"in between; every later milestone below agrees to the epoch"),
-        Claim("test accuracy ≥ 0.5 (seed 0)", "Xu findings", "epoch 101", fmt(te05[0]), _near(te05[0], 101, ep=5)),
-        Claim("test accuracy ≥ 0.5 across seeds", "Xu findings", "median 102 [99, 102] (15 seeds)",
-              f"median {fmt(np.nanmedian(te05))} [{fmt(np.nanpercentile(te05, 25))}, {fmt(np.nanpercentile(te05, 75))}] {nseed}",
-              _near(float(np.nanmedian(te05)), 102, ep=5)),
-        Claim("test accuracy ≥ 0.99 (seed 0)", "Xu findings", "epoch 139",
-              fmt(te99[0]) if np.isfinite(te99[0]) else f"not reached by epoch {T}", _near(te99[0], 139, ep=5)),
-        Claim("control (η = 0) stays near chance", "Xu findings", "test ≈ 0.03", f"{ctrl_final:.3f} (median final)",
-              _near(ctrl_final, 0.03, ab=0.03)),
-        Claim("‖G_F‖ peak, η = 2e-4 (seed 0)", "Xu findings", "71.2 at epoch 57",
-              f"{gf[0].max():.1f} at epoch {int(gf[0].argmax())}",
-              bool(_near(gf[0].max(), 71.2, rel=0.15) and _near(gf[0].argmax(), 57, ep=5))),
-        Claim("‖G_F‖ peak, η = 0 (seed 0)", "Xu findings", "63.6 at epoch 49",
-              f"{gf[S].max():.1f} at epoch {int(gf[S].argmax())}",
-              bool(_near(gf[S].max(), 63.6, rel=0.15) and _near(gf[S].argmax(), 49, ep=5))),
-        Claim("F̃ᵀF̃ off/diag maximum, grok / control (seed 0)", "Xu findings", "0.033 / 0.028",
-              f"{np.nanmax(x2['ftf_ratio'][0]):.3f} / {np.nanmax(x2['ftf_ratio'][S]):.3f}",
-              bool(_near(np.nanmax(x2["ftf_ratio"][0]), 0.033, rel=0.15) and _near(np.nanmax(x2["ftf_ratio"][S]), 0.028, rel=0.15))),
-        Claim("ρ_tian (code) ≥ 0.075: grok fires, control does not", "Xu findings",
-              "15/15 at 17 [17, 18]; control 0/15 (max 0.065)",
-              f"{int(np.isfinite(rho_g).sum())}/{S} at median {fmt(np.nanmedian(rho_g))}; control "
-              f"{int(np.isfinite(rho_c).sum())}/{S} (max {np.nanmax(x2['rho_code'][c]):.3f})",
-              bool(np.isfinite(rho_g).all() and _near(float(np.nanmedian(rho_g)), 17, ep=5) and not np.isfinite(rho_c).any())),
-    ]
-    e6 = x2["thm6_epochs"]
-    rows += [
-        _series_claim("Thm-6 sign-match, x² seed 0 (Xu's pipeline)", "Xu note", XU_SEED0, e6, x2["thm6_sign_match_xu"][0]),
-        _series_claim("Thm-6 sign-match, x² median over seeds", "Xu note / arXiv abstract", XU_MED5, e6,
-                      np.median(x2["thm6_sign_match_xu"], 0), min_seeds=5, seeds=x2["thm6_sign_match_xu"].shape[0]),
-        _series_claim("frac(B < 0 | cos > 0), x² seed 0", "Xu findings", XU_FRAC0, e6, x2["thm6_frac_Bneg_pos"][0]),
-        _series_claim("median |cos| of the top-200 pairs, x² seed 0", "Xu findings", XU_SIM0, e6,
-                      x2["thm6_median_abs_sim"][0]),
-        Claim("exact P_{η,−jℓ}: sign rule on the most similar pairs", "Xu (verify_proj_approx)", "10/10 (top 10, epoch 175)",
-              f"fraction {np.nanmin(x2['thm6_exact_sign_rule']):.3f} (top {int(x2.meta['params']['n_exact'])}, every checkpoint)",
-              bool(np.nanmin(x2["thm6_exact_sign_rule"]) == 1.0)),
-        Claim("sign-match rises and 'saturates' at lock-in (the theorem becomes true)", "Xu note",
-              "0.865 → 0.985 (5 seeds)", f"correct B: {x2['thm6_sign_match'].min():.3f} at every checkpoint",
-              False, "an identity: Xu's rise comes from a 1/η² Woodbury factor"),
-        Claim("the rise of Xu's x² sign-match is floating-point cancellation", "brief §2.3",
-              "cancellation in f̃ − F̃BF̃ᵀf̃",
-              f"x², correct B: residual rel. error ≤ {np.nanmax(x2['thm6_res_rel_err']):.1e}, sign-match "
-              f"{x2['thm6_sign_match'].min():.3f}", bool(x2["thm6_sign_match"].min() < 1.0),
-              f"float64 keeps every x² sign, the 1/η² factor explains the rise; for ReLU cancellation is real "
-              f"(correct-B sign-match down to {np.nanmin(rl['thm6_sign_match']):.3f})"),
-        Claim("sign rule is an identity (Schur complement; f̃ᵀP_ηf̃ = −η²B)", "brief §2.3 (derived)", "exact",
-              f"max rel. error {max(ident.scalar('schur_max_rel_eta'), ident.scalar('full_identity_max_rel_eta')):.1e}, "
-              f"sign rule {ident.scalar('sign_rule_frac_eta'):.3f} of pairs",
-              bool(ident.scalar("sign_rule_frac_eta") == 1.0 and ident.scalar("schur_max_rel_eta") < 1e-6)),
-        _series_claim("Thm-6 sign-match, ReLU seed 0", "Xu note (replay without the activation)", XU_RELU,
-                      rl["thm6_epochs"], rl["thm6_sign_match_xu"][0],
-                      note="ours trained with ReLU; Xu's 0.91/0.995 equal his x² seed-0 values"),
-        Claim("ReLU: ρ_tian fires at epoch 0", "Xu note", "ρ ≥ 0.075 at epoch 0",
-              f"ρ(0) = {np.median(rl['rho_code'][:, 0]):.3f} (median)", bool(np.median(rl["rho_code"][:, 0]) >= 0.075)),
-    ]
-    return rows
-
-
-XU_SEED0 = {50: 0.83, 100: 0.91, 175: 0.975, 250: 0.975, 300: 0.995}
-XU_MED5 = {50: 0.865, 100: 0.895, 175: 0.955, 250: 0.970, 300: 0.985}
-XU_FRAC0 = {50: 0.83, 100: 0.91, 175: 0.97, 250: 0.97, 300: 0.99}
-XU_SIM0 = {50: 0.20, 100: 0.22, 175: 0.40, 250: 0.59, 300: 0.64}
-XU_RELU = {100: 0.91, 300: 0.995, 500: 1.000}
 
 
 # --- benchmark -------------------------------------------------------------------------------------------------
@@ -422,3 +313,299 @@ def bench_modadd(device: str = "auto", quick: bool = False) -> dict:
 
 
 BENCHMARKS = {"modadd": bench_modadd}
+
+
+# --- the chapter's analysis: figures, tables and the claims table (used by the notebook; tested) --------------
+def _eta_tex(eta: float) -> str:
+    """η as mathtext: '$\\eta = 2\\times10^{-4}$', '$\\eta = 0$'."""
+    if eta == 0:
+        return "$\\eta = 0$"
+    m, e = f"{eta:.0e}".split("e")
+    return f"$\\eta = {int(m)}\\times10^{{{int(e)}}}$" if int(m) != 1 else f"$\\eta = 10^{{{int(e)}}}$"
+
+
+def seed_range(n: int) -> str:
+    """'seed 0', 'seeds 0 and 1', 'seeds 0–4': the seeds 0…n−1 in words."""
+    return "seed 0" if n == 1 else ("seeds 0 and 1" if n == 2 else f"seeds 0–{n - 1}")
+
+
+def scale_label(res, seeds_key: str = "seeds") -> str:
+    """'CI scale (2 seeds)' / 'paper scale (15 seeds)': the profile a result was computed at and its seeds."""
+    from ..report import plural
+
+    prof = res.meta.get("profile", "?")
+    n = res.meta["params"].get(seeds_key)
+    return ({"ci": "CI", "paper": "paper"}.get(prof, prof) + " scale"
+            + (f" ({plural(int(n), 'seed')})" if n is not None else ""))
+
+
+def fig3_summary(x2) -> dict:
+    """The Fig. 3 events of the x² runs: per-seed epochs (NaN: never) and the diagnostics' extremes."""
+    S = int(x2.meta["params"]["seeds"])
+    g, c = slice(0, S), slice(S, 2 * S)
+    gep = x2["gram_epochs"]
+    gf = x2["gf_norm_all"]
+    return {
+        "S": S, "T": int(x2.meta["params"]["epochs"]),
+        "tr1": first_epoch(x2["train_acc"][g], 1.0), "tr1p": first_epoch(x2["train_acc"][g], 0.9995),
+        "te05": first_epoch(x2["test_acc"][g], 0.5), "te99": first_epoch(x2["test_acc"][g], 0.99),
+        "rho_g": first_epoch(x2["rho_code"][g], 0.075, gep), "rho_c": first_epoch(x2["rho_code"][c], 0.075, gep),
+        "ctrl_final": x2["test_acc"][c, -1], "gf_peak": gf.max(1), "gf_peak_ep": gf.argmax(1).astype(float),
+        "ftf_max": np.nanmax(x2["ftf_ratio"], 1), "rho_max_c": float(np.nanmax(x2["rho_code"][c])),
+        "rho_paper_max_g": float(np.nanmax(x2["rho_paper"][g])),
+        "rho_paper_max_c": float(np.nanmax(x2["rho_paper"][c])),
+    }
+
+
+def epoch_text(x: float, T: int) -> str:
+    """An epoch, or 'never (within T epochs)'."""
+    return str(int(x)) if np.isfinite(x) else f"never (within {T} epochs)"
+
+
+def fig_fig3(x2):
+    """Tian's Fig. 3 panels: accuracy, ‖G_F‖, Gram diagnostics and consecutive-update cosines, both arms."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    S = int(x2.meta["params"]["seeds"])
+    g, c = slice(0, S), slice(S, 2 * S)
+    ep = np.arange(int(x2.meta["params"]["epochs"]) + 1)
+    gep = x2["gram_epochs"]
+    C = plotting.COLORS
+    fig, ax = plt.subplots(2, 2, figsize=(7.2, 6))
+    a = ax[0, 0]
+    plotting.band(a, ep, x2["test_acc"][g], C["grok"], label=r"test, $\eta > 0$")
+    plotting.band(a, ep, x2["test_acc"][c], C["control"], label=r"test, $\eta = 0$")
+    a.plot(ep, x2["train_acc"][0], color=C["grok"], ls="--", lw=1, label="train (seed 0)")
+    a.plot(ep, x2["train_acc"][S], color=C["control"], ls="--", lw=1)
+    a.set(xlabel="epoch", ylabel="accuracy", title="(a) accuracy")
+    a.legend(loc="center left", bbox_to_anchor=(0.1, 0.55))
+    a = ax[0, 1]
+    plotting.band(a, ep, x2["gf_norm_all"][g], C["grok"], label=r"$\eta > 0$")
+    plotting.band(a, ep, x2["gf_norm_all"][c], C["control"], label=r"$\eta = 0$")
+    a.set(xlabel="epoch", ylabel=r"$\|G_F\|_F$", title=r"(b) gradient $\|G_F\|$")
+    a.legend()
+    a = ax[1, 0]
+    plotting.band(a, gep, x2["rho_code"][g], C["grok"], label=r"$\rho_{\rm tian}$, $\eta > 0$")
+    plotting.band(a, gep, x2["rho_code"][c], C["control"], label=r"$\rho_{\rm tian}$, $\eta = 0$")
+    plotting.band(a, gep, x2["ftf_ratio"][g], C["accent"], label=r"off/diag, $\eta > 0$")
+    plotting.band(a, gep, x2["ftf_ratio"][c], C["relu"], label=r"off/diag, $\eta = 0$")
+    a.axhline(0.075, color="k", lw=0.8, ls=":")
+    a.set(xlabel="epoch", ylabel="ratio", title="(c) Gram diagnostics")
+    a.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, fontsize=9)
+    a = ax[1, 1]
+    plotting.band(a, ep, x2["update_cos"][g], C["grok"], label=r"$\eta > 0$")
+    plotting.band(a, ep, x2["update_cos"][c], C["control"], label=r"$\eta = 0$")
+    a.set(xlabel="epoch", ylabel=r"$1-\cos(\Delta W_t,\Delta W_{t-1})$", title="(d) consecutive updates",
+          yscale="log")
+    a.legend()
+    return fig
+
+
+def _md_table(header: list[str], rows: list[list]) -> str:
+    cell = lambda c: str(c).replace("|", "\\|")  # noqa: E731
+    return "\n".join(["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+                     + ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows])
+
+
+def thm6_table(x2) -> str:
+    """Theorem-6 statistics of the x² runs per checkpoint, ours beside Xu's (markdown)."""
+    from ..published import CH6
+
+    seed0, med5, frac0, sim0 = (CH6[k].value for k in ("sm_seed0", "sm_med5", "frac_Bneg_seed0", "sim_seed0"))
+    t6 = x2["thm6_epochs"].astype(int)
+    f = lambda d, e: f"{d[e]:.3f}" if e in d else "–"  # noqa: E731
+    rows = []
+    for i, e in enumerate(t6):
+        sm = x2["thm6_sign_match_xu"][:, i]
+        q = np.percentile(sm, [25, 50, 75])
+        ours_med = f"{q[1]:.3f} [{q[0]:.3f}, {q[2]:.3f}]" if sm.size > 1 else "–"
+        rows.append([e, f"{sm[0]:.3f} ({f(seed0, e)})", f"{ours_med} ({f(med5, e)})",
+                     f"{x2['thm6_sign_match'][:, i].min():.3f}",
+                     f"{x2['thm6_frac_Bneg_pos'][0, i]:.3f} ({f(frac0, e)})",
+                     f"{x2['thm6_median_abs_sim'][0, i]:.3f} ({f(sim0, e)})"])
+    return _md_table(["epoch", "sign-match, seed 0", "median over seeds [IQR]", "correct $B$ (lowest)",
+                      "frac($B<0$ | cos > 0), seed 0", "median |cos|, seed 0"], rows)
+
+
+def relu_table(rl) -> str:
+    """Theorem-6 statistics of the ReLU runs per checkpoint (markdown)."""
+    from ..published import CH6
+
+    xu = CH6["sm_relu"].value
+    rows = []
+    for i, e in enumerate(rl["thm6_epochs"].astype(int)):
+        sm = rl["thm6_sign_match_xu"][:, i]
+        rows.append([e, f"{sm[0]:.3f} ({xu[e]:.3f})" if e in xu else f"{sm[0]:.3f} (–)",
+                     f"{np.nanmedian(rl['thm6_frac_Bneg_pos'][:, i]):.3f}",
+                     f"{np.median(rl['thm6_median_abs_sim'][:, i]):.3f}", f"{rl['test_acc'][0, e]:.3f}"])
+    return _md_table(["epoch", "sign-match, seed 0 (Xu)", "frac($B<0$ | cos > 0)", "median |cos|",
+                      "test acc., seed 0"], rows)
+
+
+def fig_content(x2, rl):
+    """(a) frac(B<0 | cos>0), Xu's sign-match and the correct-B sign-match over training, x² and ReLU;
+    (b) B_jℓ against cos for the top pairs of x² seed 0, early and late."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    C = plotting.COLORS
+    fig, ax = plt.subplots(1, 2, figsize=(7.2, 3.6))
+    a = ax[0]
+    for res, lab, col in ((x2, "$x^2$", C["x2"]), (rl, "ReLU", C["relu"])):
+        e_ = res["thm6_epochs"]
+        fr = res["thm6_frac_Bneg_pos"]
+        if fr.shape[0] > 1:
+            plotting.band(a, e_, fr, col, label=f"{lab}: frac", marker="o", ms=3)
+        else:
+            a.plot(e_, fr[0], color=col, marker="o", ms=3, label=f"{lab}: frac")
+        a.plot(e_, res["thm6_sign_match_xu"][0], color=col, ls=":", marker="x", ms=4, label=f"{lab}: Xu's")
+        a.plot(e_, res["thm6_sign_match"][0], color=col, ls="--", lw=1, label=f"{lab}: correct $B$")
+    a.set(xlabel="epoch", ylabel="fraction of top pairs", title="(a) the sign rule")
+    a.legend(fontsize=9, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.22))
+    a = ax[1]
+    last = len(x2["thm6_epochs"]) - 1
+    for i_, col in ((0, C["control"]), (last, C["grok"])):
+        a.scatter(x2["pairs_sim"][i_], x2["pairs_B"][i_], s=6, color=col, alpha=0.6,
+                  label=f"epoch {int(x2['thm6_epochs'][i_])}")
+    a.axhline(0, color="k", lw=0.6)
+    a.axvline(0, color="k", lw=0.6)
+    a.set(xlabel=r"$\cos(\tilde f_j,\tilde f_\ell)$", ylabel=r"$B_{j\ell}$", title="(b) top pairs, seed 0",
+          yscale="symlog")
+    a.legend(fontsize=9, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.22))
+    return fig
+
+
+def _frac_tol(p1: float, p2: float, n: int) -> float:
+    """Two combined binomial standard errors of two fractions over ``n`` pairs each."""
+    return float(2 * np.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / n))
+
+
+def claims(x2, rl, ident) -> list[Claim]:
+    """The closing table: each of Tian's and Xu's numbers this chapter addresses, ours, and agreement with the
+    statistical tolerances stated in the chapter; rows about more seeds than the result shown are not scored."""
+    from ..published import CH6
+    from ..report import at_scale, within
+
+    P = CH6
+    fs = fig3_summary(x2)
+    S, T = fs["S"], fs["T"]
+    sc, scr = scale_label(x2), scale_label(rl, "relu_seeds")
+    many = S >= 15 and T >= 150
+    needs = "15 seeds per arm"
+    # one run against one run: the run-to-run spread of an event epoch, σ̂ = IQR/1.349 from Xu's 15-seed IQR of the
+    # test-0.5 epoch ([99, 102]); a single run agrees within two such σ̂.
+    _, q25, q75 = P["test05_med15"].value
+    ep_tol = 2 * (q75 - q25) / 1.349
+    sd = lambda x: float(np.std(x, ddof=1)) if np.size(x) > 1 else float("nan")  # noqa: E731
+    rows = []
+    r = Claim("training accuracy 1.000, seed 0", P["train_acc_1_seed0"].source, "epoch 25",
+              f"{fmt(fs['tr1p'][0])} (all pairs: {fmt(fs['tr1'][0])})",
+              within(fs["tr1p"][0], 25, ep_tol), f"tolerance ±{ep_tol:.1f} epochs"
+              + ("; Xu's 25 falls between our two epochs: one pair stays misclassified in between"
+                 if fs["tr1p"][0] < 25 < fs["tr1"][0] else ""))
+    rows.append(at_scale(r, sc))
+    rows.append(at_scale(Claim("test accuracy 0.5, seed 0", P["test05_seed0"].source, "epoch 101",
+                               epoch_text(fs["te05"][0], T), within(fs["te05"][0], 101, ep_tol),
+                               f"tolerance ±{ep_tol:.1f} epochs"), sc))
+    rows.append(at_scale(Claim("test accuracy 0.99, seed 0", P["test99_seed0"].source, "epoch 139",
+                               epoch_text(fs["te99"][0], T), within(fs["te99"][0], 139, ep_tol),
+                               f"tolerance ±{ep_tol:.1f} epochs"), sc, T >= 139, "150 epochs"))
+    m = np.nanmedian(fs["te05"]) if np.isfinite(fs["te05"]).any() else np.nan
+    rows.append(at_scale(Claim("test accuracy 0.5, median over seeds", P["test05_med15"].source, "102 [99, 102]",
+                               fmt(m), within(m, 102, 2 * np.hypot(1.2533 * (q75 - q25) / 1.349 / np.sqrt(15),
+                                                                    1.2533 * sd(fs["te05"]) / np.sqrt(S)) + 1)),
+                         sc, many, needs))
+    cf = float(np.median(fs["ctrl_final"]))
+    rows.append(at_scale(Claim("control ($\\eta = 0$): final test accuracy", P["ctrl_test"].source, "≈ 0.03",
+                               f"{cf:.3f}", None, "Xu gives no spread"), sc, many, needs))
+    for key, run, what in (("gf_peak_grok", 0, "$\\lVert G_F\\rVert$ peak, $\\eta = 2\\times10^{-4}$, seed 0"),
+                           ("gf_peak_ctrl", S, "$\\lVert G_F\\rVert$ peak, $\\eta = 0$, seed 0")):
+        v, e = P[key].value
+        arm = fs["gf_peak"][:S] if run == 0 else fs["gf_peak"][S:]
+        tol = 2 * sd(arm)
+        ok = within(fs["gf_peak"][run], v, tol)
+        ok = None if ok is None else (ok and bool(within(fs["gf_peak_ep"][run], e, ep_tol)))
+        rows.append(at_scale(Claim(what, P[key].source, f"{v} at epoch {e}",
+                                   f"{fs['gf_peak'][run]:.1f} at epoch {int(fs['gf_peak_ep'][run])}", ok,
+                                   f"tolerance ±{tol:.1f} (2 s.d. over our seeds) and ±{ep_tol:.1f} epochs"),
+                             sc, S >= 3, "3 seeds per arm for a seed spread"))
+    vg, vc = P["ftf_max"].value
+    tg, tc = 2 * sd(fs["ftf_max"][:S]), 2 * sd(fs["ftf_max"][S:])
+    okg, okc = within(fs["ftf_max"][0], vg, tg), within(fs["ftf_max"][S], vc, tc)
+    rows.append(at_scale(Claim("$\\tilde F^\\top\\tilde F$ off/diag maximum, grok / control, seed 0",
+                               P["ftf_max"].source, f"{vg} / {vc}",
+                               f"{fs['ftf_max'][0]:.3f} / {fs['ftf_max'][S]:.3f}",
+                               None if okg is None or okc is None else bool(okg and okc),
+                               f"tolerance ±{tg:.3f} / ±{tc:.3f} (2 s.d. over our seeds)"),
+                         sc, S >= 3, "3 seeds per arm for a seed spread"))
+    kf, nf, med, r25, r75 = P["rho_fire_grok"].value
+    rg = fs["rho_g"]
+    mr = np.nanmedian(rg) if np.isfinite(rg).any() else np.nan
+    rows.append(at_scale(Claim("$\\rho_{\\rm tian} \\ge 0.075$: grok runs fire, median epoch",
+                               P["rho_fire_grok"].source, f"{kf}/{nf} at {med} [{r25}, {r75}]",
+                               f"{int(np.isfinite(rg).sum())}/{S} at {fmt(mr)}",
+                               within(mr, med, 2 * np.hypot(1.2533 * (r75 - r25) / 1.349 / np.sqrt(nf),
+                                                            1.2533 * sd(rg) / np.sqrt(S)) + 1)
+                               if np.isfinite(rg).all() else False,
+                               "tolerance: 2 combined s.e. of the medians + 1 epoch"), sc, many, needs))
+    kc, nc, mx = P["rho_ctrl"].value
+    rows.append(at_scale(Claim("$\\rho_{\\rm tian}$ in the control: firings (max)", P["rho_ctrl"].source,
+                               f"{kc}/{nc} (max {mx})",
+                               f"{int(np.isfinite(fs['rho_c']).sum())}/{S} (max {fs['rho_max_c']:.3f})",
+                               bool(not np.isfinite(fs["rho_c"]).any())), sc, many, needs))
+    e6 = x2["thm6_epochs"].astype(int)
+
+    def series(what, key, values, n_pairs, min_seeds=1, seeds=1):
+        table = P[key].value
+        common = [i for i, e in enumerate(e6) if e in table]
+        claimed = " / ".join(f"{table[k]:g}" for k in table) + " at epochs " + "/".join(str(k) for k in table)
+        if not common:
+            return Claim(what, P[key].source, claimed, "no common checkpoint", None)
+        ours = " / ".join(f"{values[i]:.3f}" for i in common) + " at " + "/".join(str(e6[i]) for i in common)
+        oks = [within(values[i], table[e6[i]], _frac_tol(values[i], table[e6[i]], n_pairs)) for i in common]
+        ok = None if any(o is None for o in oks) else all(oks)
+        return Claim(what, P[key].source, claimed, ours, ok, "tolerance: 2 binomial s.e. over the pairs")
+
+    n_pairs = int(x2.meta["params"]["top_pairs"])
+    rows.append(at_scale(series("sign-match, $x^2$ seed 0 (Xu's pipeline)", "sm_seed0", x2["thm6_sign_match_xu"][0],
+                                n_pairs), sc))
+    ns6 = x2["thm6_sign_match_xu"].shape[0]
+    rows.append(at_scale(series("sign-match, $x^2$, median over seeds", "sm_med5",
+                                np.median(x2["thm6_sign_match_xu"], 0), n_pairs), sc, ns6 >= 5,
+                         "5 Theorem-6 seeds"))
+    rows.append(at_scale(series("frac($B<0$ | cos > 0), $x^2$ seed 0", "frac_Bneg_seed0", x2["thm6_frac_Bneg_pos"][0],
+                                n_pairs), sc))
+    rows.append(at_scale(series("median |cos| of the top pairs, $x^2$ seed 0", "sim_seed0",
+                                x2["thm6_median_abs_sim"][0], n_pairs), sc))
+    rows[-1].agree, rows[-1].note = None, "a median, not a fraction: no tolerance from the pair count"
+    k10, n10, e10 = P["exact_top10"].value
+    ex = float(np.nanmin(x2["thm6_exact_sign_rule"]))
+    rows.append(at_scale(Claim("exact leave-two-out projector: sign rule holds", P["exact_top10"].source,
+                               f"{k10}/{n10} (epoch {e10})",
+                               f"fraction {ex:.3f} (top {int(x2.meta['params']['n_exact'])}, every checkpoint)",
+                               ex == 1.0, "an identity: every pair must obey it"), sc))
+    rows.append(at_scale(Claim("sign-match rises to 0.985 as the theorem 'becomes true'", P["sm_med5"].source,
+                               "0.865 → 0.985", f"correct $B$: {x2['thm6_sign_match'].min():.3f} at every checkpoint",
+                               False, "an identity, {eq}`eq-ch6-full`; the rise comes from a $1/\\eta^2$ factor"), sc))
+    rows.append(at_scale(Claim("sign rule is an identity", "this chapter, {eq}`eq-ch6-schur`", "exact",
+                               f"max rel. error {max(ident.scalar('schur_max_rel_eta'), ident.scalar('full_identity_max_rel_eta')):.1e}, "
+                               f"rule holds for {ident.scalar('sign_rule_frac_eta'):.3f} of pairs",
+                               bool(ident.scalar("sign_rule_frac_eta") == 1.0 and ident.scalar("schur_max_rel_eta") < 1e-6),
+                               "tolerance: relative error below $10^{-6}$ in float64"), "random matrices"))
+    rr = rl["thm6_sign_match_xu"][0]
+    e6r = rl["thm6_epochs"].astype(int)
+    xr = P["sm_relu"].value
+    common = [i for i, e in enumerate(e6r) if e in xr]
+    rows.append(at_scale(Claim("sign-match, ReLU seed 0", P["sm_relu"].source,
+                               " / ".join(f"{v:g}" for v in xr.values()) + " at " + "/".join(map(str, xr)),
+                               (" / ".join(f"{rr[i]:.3f}" for i in common) + " at " + "/".join(str(e6r[i]) for i in common))
+                               if common else "no common checkpoint", None,
+                               "not judged: Xu's replay rebuilt the model without the activation"), scr))
+    rho0 = rl["rho_code"][:, 0]
+    rows.append(at_scale(Claim("ReLU: $\\rho_{\\rm tian} \\ge 0.075$ already at epoch 0", P["relu_rho0"].source,
+                               "yes", f"$\\rho(0)$ = {np.median(rho0):.3f} (median)", bool((rho0 >= 0.075).all()),
+                               "every run must start above 0.075"), scr))
+    return rows

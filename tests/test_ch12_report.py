@@ -1,0 +1,109 @@
+"""The analysis helpers of chapters 1 and 2 (observables, z-scores, claims tables) on small synthetic results."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pytest
+
+from grokspectra.experiments import ch1, ch2
+from grokspectra.store import Result
+
+
+def _traj(rng, T=8, ds=(100, 400), seeds=6, reps=4, noise=0.05):
+    arrays = {}
+    base_M = np.linspace(0.5, 1.2, T + 1)[:, None, None] * np.ones((1, 1, 2))
+    base_Q = np.linspace(1, 4, T + 1)[:, None, None] * np.eye(2)
+    base_r = np.linspace(1, 0.5, T + 1)
+
+    def block(prefix, n, scale):
+        arrays[f"{prefix}_M"] = base_M + scale * rng.normal(size=(n, T + 1, 1, 2))
+        arrays[f"{prefix}_Q"] = base_Q + scale * rng.normal(size=(n, T + 1, 2, 2))
+        arrays[f"{prefix}_train"] = base_r + scale * rng.normal(size=(n, T + 1))
+        arrays[f"{prefix}_test"] = base_r + 0.1 + scale * rng.normal(size=(n, T + 1))
+
+    block("dm", reps, 0.001)
+    block("nm", reps, 0.001)
+    arrays["nm_Q"] = arrays["nm_Q"] * 5  # memory off: far away
+    arrays["nm_train"] = arrays["nm_train"] * 5
+    for d in ds:
+        block(f"gd{d}", seeds, noise * (100 / d) ** 0.5)
+    meta = {"profile": "ci", "params": {"T": T, "ds": list(ds), "seeds": seeds, "N": 1000, "reps": reps}}
+    return Result(arrays, meta)
+
+
+def _eh(rng, T=5, ds=(100, 400), seeds=6):
+    arrays = {"pr_dm_M": np.zeros((T + 1, 1, 2)), "pr_plain_M": 0.01 * rng.normal(size=(T + 1, 1, 2)),
+              "st_dm_M": np.stack([np.linspace(0, 1, T + 1)[:, None] * np.ones((1, 2)), np.zeros((T + 1, 2))], 1),
+              "st_dm_train": np.linspace(1, 0.5, T + 1), "st_dm_test": np.linspace(1, 0.8, T + 1)}
+    for d in ds:
+        arrays[f"pr_gd{d}_M"] = rng.normal(size=(seeds, T + 1, 1, 2)) / np.sqrt(d)
+        st = rng.normal(size=(seeds, T + 1, 2, 2)) / np.sqrt(d)
+        st[:, :, 0, :] += np.linspace(0, 1, T + 1)[None, :, None]
+        arrays[f"st_gd{d}_M"] = st
+        arrays[f"st_gd{d}_train"] = np.tile(np.linspace(1, 0.5, T + 1), (seeds, 1))
+        arrays[f"st_gd{d}_test"] = np.tile(np.linspace(1, 0.8, T + 1), (seeds, 1))
+    return Result(arrays, {"profile": "ci", "params": {"T_eh": T, "ds_eh": list(ds), "N_eh": 1000}})
+
+
+def test_obs_and_z_score():
+    rng = np.random.default_rng(0)
+    M, Q = rng.normal(size=(3, 5, 1, 2)), rng.normal(size=(3, 5, 2, 2))
+    o = ch1.obs(M, Q, np.zeros((3, 5)), np.ones((3, 5)))
+    assert o.shape == (3, 5, 6) and np.allclose(o[..., 5], 1)
+    a, b = rng.normal(size=(400, 2)), rng.normal(size=(400, 2)) + [0, 1]
+    z = ch1.z_score(a, b)
+    assert z[0] < 4 and z[1] > 5
+
+
+def test_ch1_claims_on_synthetic_results():
+    rng = np.random.default_rng(1)
+    traj, eh = _traj(rng), _eh(rng)
+    ts = ch1.traj_summary(traj)
+    assert ts["dmax"] == 400 and ts["gaps"].shape == (2, 2)
+    rows = ch1.claims(traj, eh)
+    assert len(rows) == 8
+    assert all(r.scale.startswith("CI: $d$") for r in rows)
+    assert all("brief" not in (r.source + r.note).lower() for r in rows)
+    by = {r.claim: r for r in rows}
+    assert by["memory terms are needed"].agree is True
+    assert by["phase retrieval: DMFT $M_t \\equiv 0$ (antithetic)"].agree is True
+    for f in (ch1.fig_traj(ts), ch1.fig_gap(ts), ch1.fig_memory(ts), ch1.fig_easy_hard(eh)):
+        assert f.get_size_inches()[0] <= 7.2
+        matplotlib.pyplot.close(f)
+
+
+def _bulk():
+    nd, nt, nx = 2, 2, 20
+    xs = np.tile(np.linspace(-0.1, 1, nx), (nd, nt, 1))
+    edge = np.array([[-0.09, -0.05], [-0.08, -0.04]])
+    arrays = {"deltas": np.array([3.0, 6.0]), "times": np.array([8, 20]), "xs": xs,
+              "rho_emp": np.ones((nd, nt, nx)), "rho_dmft": np.ones((nd, nt, nx)),
+              "eigs": np.concatenate([edge[..., None] - 0.005, np.ones((nd, nt, 9))], -1),
+              "edge_dens_emp": edge * 1.02, "edge_dens_dmft": edge, "edge_emp": edge * 1.1, "edge_dmft": edge * 1.1,
+              "hard": np.zeros((nd, nt, 3)), "phi_dmft": np.ones((nd, nt)), "dmft_hard": np.zeros(3)}
+    return Result(arrays, {"profile": "ci", "params": {"d": 500, "N": 12000}})
+
+
+def _caveat():
+    return Result({"loc": np.array([0.8, 0.6]), "loc_bounded": np.array([0.1, 0.1])}, {"profile": "ci", "params": {}})
+
+
+def test_ch2_table_and_claims():
+    B, C = _bulk(), _caveat()
+    t = ch2.edge_table(B)
+    assert t.splitlines()[1].startswith("|---") and len(t.splitlines()) == 6
+    rows = ch2.claims(B, C)
+    assert [r.agree for r in rows] == [True, True, True]
+    assert all(r.scale == "CI: $d$ = 500" for r in rows)
+    e = ch2.edge_summary(B)
+    assert e["rel"].max() == pytest.approx(0.02)
+
+
+def test_compact_claims_table():
+    from grokspectra import report
+
+    r = report.at_scale(report.Claim("a|b", "src", "1", "2", None), "CI", comparable=False, needs="15 seeds")
+    t = report.table_md_compact([r]).splitlines()
+    assert t[1] == "|---|---|---|---|" and "a\\|b (src)" in t[2] and "not comparable at CI" in t[2]

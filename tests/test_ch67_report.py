@@ -1,0 +1,112 @@
+"""The analysis helpers of chapters 6 and 7 (scales, tolerances, sentences, tables): fast, on synthetic input."""
+
+import math
+
+import numpy as np
+import pytest
+
+from grokspectra import report
+from grokspectra.experiments import ch6, ch7
+from grokspectra.published import CH6, CH7, Published
+from grokspectra.store import Result
+
+
+def _res(profile="ci", **params):
+    return Result({}, {"profile": profile, "params": params})
+
+
+def test_plural_and_seed_range():
+    assert report.plural(1, "seed") == "1 seed"
+    assert report.plural(2, "seed") == "2 seeds"
+    assert ch6.seed_range(1) == "seed 0"
+    assert ch6.seed_range(2) == "seeds 0 and 1"
+    assert ch6.seed_range(5) == "seeds 0–4"
+
+
+def test_scale_labels_and_xu_scale():
+    ci = _res("ci", seeds=2, epochs=260, M=71, K=2048, frac=0.4)
+    paper = _res("paper", seeds=15, epochs=400, M=71, K=2048, frac=0.4)
+    assert ch7.scale_label(ci) == "CI scale (2 seeds)"
+    assert ch6.scale_label(paper) == "paper scale (15 seeds)"
+    assert not ch7.at_xu_scale(ci, seeds=15, epochs_key="epochs", epochs=400)
+    assert ch7.at_xu_scale(paper, seeds=15, epochs_key="epochs", epochs=400)
+    assert not ch7.at_xu_scale(_res("paper", seeds=15, epochs=400, M=41, K=2048, frac=0.4), seeds=15)
+
+
+def test_tolerances():
+    assert math.isnan(ch7.median_se([1.0]))
+    x = np.random.default_rng(0).normal(size=4000)
+    assert ch7.median_se(x) == pytest.approx(1.2533 / math.sqrt(4000), rel=0.1)
+    assert ch7.iqr_se(99, 102, 15) == pytest.approx(1.2533 * 3 / 1.349 / math.sqrt(15))
+    # 15/15 against 15/15 agrees, 11/15 does not, 0/2 against 15/15 has a wide tolerance
+    assert report.within(15 / 15, 1.0, ch7.frac_tol(15, 15))
+    assert not report.within(11 / 15, 1.0, ch7.frac_tol(11, 15))
+    assert ch7.frac_tol(0, 2) > 0.5
+    # an epoch tolerance is at least the one-epoch grid, and NaN (never ✓) without a spread of ours
+    assert ch7.epoch_tol([174, 174, 174], 173, 174, 15) >= 1
+    assert report.within(np.nan, 174, ch7.epoch_tol([np.nan], 173, 174, 15)) is None
+
+
+def test_linfit_se_and_fit_sentence_never_print_nan():
+    x = np.arange(10.0)
+    f = ch7.linfit_se(x, 2 * x + 1 + 0.01 * np.sin(x))
+    assert f["a"] == pytest.approx(2, abs=0.01) and f["a_se"] < 0.01 and f["n"] == 10
+    few = ch7.linfit_se([100.0], [20.0])
+    assert math.isnan(few["a"]) and few["n"] == 1
+    s = ch7.fit_sentence({"fit": few})
+    assert "nan" not in s.lower() and "too few" in s
+    assert "R^2" in ch7.fit_sentence({"fit": f})
+
+
+def test_long_sentence_says_never_in_words():
+    ls = {"t05": np.nan, "t99": np.nan, "t_rho": 120.0, "fire": np.nan, "peak": 3.2, "final": 0.05, "E": 400,
+          "eta": 1e-5, "seed": 0}
+    s = ch7.long_sentence(ls)
+    assert "nan" not in s.lower()
+    assert "never reaches test accuracy 0.5" in s and "never fires" in s and "epoch 120" in s
+
+
+def test_pooled_summary_handles_one_class():
+    nan = np.nan
+    runs = [("a", np.array([150.0, nan]), np.array([nan, nan]), np.array([100.0, nan]), np.array([140.0, nan]),
+             np.array([0.1, 0.01]))]
+    out = ch7.pooled_summary(runs)
+    assert out["n"] == 2 and "|---|" in out["conf"] and "nan" not in out["rates"].lower()
+    assert math.isfinite(out["auc"])
+    only = [("a", np.array([nan]), np.array([nan]), np.array([nan]), np.array([nan]), np.array([0.01]))]
+    out = ch7.pooled_summary(only)
+    assert "undefined" in out["auc_words"] and "nan" not in (out["rates"] + out["auc_words"]).lower()
+
+
+def test_published_values_have_sources():
+    for block in (CH6, CH7):
+        for key, v in block.items():
+            assert isinstance(v, Published) and v.source and v.what, key
+            assert "brief" not in v.source.lower()
+    assert float(CH7["p_crit_c"]) == pytest.approx(2.7482)
+
+
+def test_epoch_text_and_words():
+    assert ch6.epoch_text(np.nan, 150) == "never (within 150 epochs)"
+    assert ch6.epoch_text(101.0, 150) == "101"
+    assert ch7.epoch_words([np.nan, np.nan]) == "never"
+    assert ch7.epoch_words([10.0, 12.0]).startswith("11")
+
+
+def test_markdown_tables_are_blocks():
+    t = ch6._md_table(["a", "b|c"], [[1, 2]])
+    lines = t.splitlines()
+    assert lines[0] == "| a | b\\|c |" and lines[1] == "|---|---|" and len(lines) == 3
+
+
+def test_eta_as_tex():
+    assert ch7.sci_tex(2e-4) == "2\\times10^{-4}" and ch7.sci_tex(1e-5) == "10^{-5}" and ch7.sci_tex(0) == "0"
+    assert ch6._eta_tex(0) == "$\\eta = 0$" and ch6._eta_tex(2e-4) == "$\\eta = 2\\times10^{-4}$"
+
+
+def test_compact_table_names_the_scale_once():
+    r = report.at_scale(report.Claim("c", "s", "1", "2", True), "CI scale (2 seeds)", comparable=False, needs="15 seeds")
+    line = report.table_md_compact([r]).splitlines()[2]
+    assert line.count("CI scale (2 seeds)") == 1 and "–" in line
+    ok = report.at_scale(report.Claim("c", "s", "1", "2", True), "CI scale (2 seeds)")
+    assert "✓" in report.table_md_compact([ok]) and "(CI scale (2 seeds))" in report.table_md_compact([ok])
