@@ -75,12 +75,25 @@ def test_unknown_parameter_is_rejected(nb):
         mod.SCHEMA.validate({**load_profile("ci", nb.stem), "no_such_param": 1})
 
 
+# pages of the book that are plain MyST (no code), listed in the table of contents after the chapters
+APPENDICES = ["book/appendix_theory"]
+
+
 def test_toc_lists_exactly_the_notebooks():
     toc = yaml.safe_load((REPO / "_toc.yml").read_text())
     listed = [c["file"] for c in toc.get("chapters") or []]
-    assert listed == sorted(listed), "chapters must be in reading order"
-    assert sorted(Path(f).name for f in listed) == [nb.stem for nb in NOTEBOOKS]
+    chapters = [f for f in listed if f.startswith("book/generated/")]
+    assert chapters == sorted(chapters), "chapters must be in reading order"
+    assert sorted(Path(f).name for f in chapters) == [nb.stem for nb in NOTEBOOKS]
+    assert listed == chapters + APPENDICES, "the appendices come after the chapters"
     assert toc["root"] == "book/generated/intro"
+
+
+@pytest.mark.parametrize("page", APPENDICES)
+def test_appendix_pages_exist_without_code(page):
+    text = (REPO / f"{page}.md").read_text()
+    assert text.startswith("# "), f"{page}.md must start with its title"
+    assert "{code-cell}" not in text, f"{page}.md is a plain page; computations belong in the chapters"
 
 
 def test_source_has_no_unfinished_marks():
