@@ -5,7 +5,7 @@
 Opens every page of the built HTML book in headless Chromium (Debian's ``chromium`` package; ``make browser-deps``
 installs it) served over a local HTTP server, waits for MathJax to finish typesetting, and checks, per page:
 
-* ``mathjax``   a MathJax error (``mjx-merror``) or TeX left untypeset in the text (``$$``, ``\\begin{``, ``\\frac``);
+* ``mathjax``   a MathJax error (``mjx-merror``) or TeX left untypeset in the text (``$…$``, ``\\begin{``, ``\\frac``);
 * ``wide``      at 1280 px: a display equation, table, image or figure whose rendered box is wider than the
                 article column or sticks out of it (the column is the content box of ``article.bd-article``);
 * ``image``     an image that did not load (``naturalWidth`` 0);
@@ -16,7 +16,8 @@ installs it) served over a local HTTP server, waits for MathJax to finish typese
                 ``profile <name>, computed on <device>, commit …``; it is recognised by the regular expression
                 ``profile \\S+, computed on`` in the figure itself (caption) or in one of the two blocks right after it.
 
-At 390 px the same geometry check is reported as warnings (``wide@390``) without failing. A full-page screenshot
+At 390 px the same geometry check is reported as warnings (``wide@390``) without failing, and so is error output
+(stderr, tracebacks) shown on a page. A full-page screenshot
 per page and width is saved under ``--screenshots`` for reviewers. Prints a per-page report and a count per kind;
 exits 1 when any check failed, 2 when the browser or the book is missing.
 
@@ -299,7 +300,10 @@ CONTENT_JS = r"""
   // block-level text keeps line structure for the table check
   const blockText = art.innerText;
   each(/\|\s*:?-{3,}:?\s*\|/g, blockText, res.rawtable, 10);
-  each(/\$\$|\\begin\{|\\frac\b|\\mathbb\b/g, text, res.mathjax, 8);
+  each(/\$\$|\\begin\{|\\frac\b|\\mathbb\b|\$[^$\n]{1,80}\$/g, text, res.mathjax, 8);
+  // error output shown to the reader (warnings, tracebacks): reported, not failed
+  res.stderr = Array.from(art.querySelectorAll(".stderr, .output.error, .output.traceback"))
+    .filter((e) => !e.checkVisibility || e.checkVisibility()).map((e) => e.innerText.trim().slice(0, 100));
   each(/(?<![\w.-])(nan|NaN)(?![\w-])|\bNone\b(?! of\b)/g, text, res.nan, 4);
   // leaks: unresolved glue, machine paths (also in outputs of code cells)
   const all = art.innerText;
@@ -383,6 +387,7 @@ def check_page(page: Page, url: str, shots: Path | None, stem: str) -> tuple[lis
         if name == "1280":
             c = page.js(CONTENT_JS)
             stats = c["stats"]
+            warns += [f"stderr     {x}" for x in c["stderr"]]
             for kind, key in (("mathjax", "mathjax"), ("image", "image"), ("raw-table", "rawtable"), ("nan", "nan"),
                               ("leak", "leak"), ("provenance", "provenance")):
                 fails += [(kind, x) for x in c[key]]
