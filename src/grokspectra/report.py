@@ -110,11 +110,11 @@ def _claim(row: dict) -> Claim:
 
 def summary_md(summaries: list[dict]) -> str:
     """The intro's reproduction summary: a narrow table with one row per chapter and scale group
-    (:func:`scale_group`) counting the claims that agree, disagree and are not comparable, then a list of the
-    claims that disagree (claim, source, claimed, ours, scale). ``summaries`` as from :func:`load_summaries`."""
+    (:func:`scale_group`) counting the claims that agree (✓), disagree (✗) and are not comparable (–), then a list
+    of the claims that disagree (claim, source, claimed, ours, scale). ``summaries`` as from :func:`load_summaries`."""
     if not summaries:
         return "No chapter has been executed yet."
-    lines = ["| chapter | judged at | agree | disagree | not comparable |", "|---|---|---|---|---|"]
+    lines = ["| chapter | scale | ✓ | ✗ | – |", "|---|---|---|---|---|"]
     disagree = []
     for s in summaries:
         rows = [_claim(r) for r in s.get("rows", [])]
