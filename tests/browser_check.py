@@ -9,7 +9,8 @@ installs it) served over a local HTTP server, waits for MathJax to finish typese
 * ``wide``      at 1280 px: a display equation, table, image or figure whose rendered box is wider than the
                 article column or sticks out of it (the column is the content box of ``article.bd-article``);
 * ``image``     an image that did not load (``naturalWidth`` 0);
-* ``raw-table`` Markdown table syntax in the text (``|---|``), i.e. a table that was not parsed;
+* ``raw-table`` Markdown table syntax in the text (``|---|``, or ``|—|`` after typographic dashes), i.e. a table
+                that was not parsed;
 * ``nan``       ``nan``, ``NaN`` or ``None`` as a word in the text (code cells excluded; "None of" is English);
 * ``leak``      ``{glue`` or ``PosixPath`` in the text (an unresolved glue or a machine path);
 * ``provenance`` a figure without a provenance line. A provenance line is the text of ``Result.provenance()``:
@@ -299,7 +300,8 @@ CONTENT_JS = r"""
   const each = (re, s, sink, len) => { let m; while ((m = re.exec(s)) !== null) sink.push(ctx(s, m.index, m[0].length)); };
   // block-level text keeps line structure for the table check
   const blockText = art.innerText;
-  each(/\|\s*:?-{3,}:?\s*\|/g, blockText, res.rawtable, 10);
+  // the separator row of a Markdown table; typographic quotes turn "---" into an em dash, "--" into an en dash
+  each(/(?:\|\s*:?(?:-{3,}|[\u2013\u2014]+)\s*:?\s*)+\|/g, blockText, res.rawtable, 10);
   each(/\$\$|\\begin\{|\\frac\b|\\mathbb\b|\$[^$\n]{1,80}\$/g, text, res.mathjax, 8);
   // error output shown to the reader (warnings, tracebacks): reported, not failed
   res.stderr = Array.from(art.querySelectorAll(".stderr, .output.error, .output.traceback"))
