@@ -20,7 +20,7 @@ NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/*.md))))
 EXECUTED := $(NOTEBOOKS:%=book/generated/%.ipynb)
 SRC := $(shell find src -name '*.py' 2>/dev/null) pyproject.toml
 
-.PHONY: all book test paper run bench clean venv check-params
+.PHONY: all book test paper run bench clean venv check-params browser-deps browser-check
 all: book
 
 venv: $(STAMP)
@@ -63,6 +63,16 @@ book: $(EXECUTED) book/generated/intro.ipynb
 
 test: $(STAMP)
 	$(BIN)/pytest
+
+# The browser check reads the built book in headless Chromium from Debian's packages (no browser download):
+# `make book`, then `make browser-deps` (once; apt-get as root, or with sudo) and `make browser-check`.
+browser-deps:
+	@if command -v chromium >/dev/null 2>&1; then echo "chromium: $$(command -v chromium)"; else \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; fi
+
+browser-check: $(STAMP)
+	$(PY) tests/browser_check.py _build/html --screenshots _build/screenshots --json _build/browser-report.json
 
 # Every experiment at the papers' scale into results/paper (meant for a GPU; works slowly on a CPU).
 paper: $(STAMP)

@@ -3,6 +3,7 @@ profiles fit the declared schemas, and the table of contents lists exactly the c
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import jupytext
@@ -75,12 +76,25 @@ def test_unknown_parameter_is_rejected(nb):
         mod.SCHEMA.validate({**load_profile("ci", nb.stem), "no_such_param": 1})
 
 
+# pages of the book that are plain MyST (no code), listed in the table of contents after the chapters
+APPENDICES = ["book/appendix_theory"]
+
+
 def test_toc_lists_exactly_the_notebooks():
     toc = yaml.safe_load((REPO / "_toc.yml").read_text())
     listed = [c["file"] for c in toc.get("chapters") or []]
-    assert listed == sorted(listed), "chapters must be in reading order"
-    assert sorted(Path(f).name for f in listed) == [nb.stem for nb in NOTEBOOKS]
+    chapters = [f for f in listed if f.startswith("book/generated/")]
+    assert chapters == sorted(chapters), "chapters must be in reading order"
+    assert sorted(Path(f).name for f in chapters) == [nb.stem for nb in NOTEBOOKS]
+    assert listed == chapters + APPENDICES, "the appendices come after the chapters"
     assert toc["root"] == "book/generated/intro"
+
+
+@pytest.mark.parametrize("page", APPENDICES)
+def test_appendix_pages_exist_without_code(page):
+    text = (REPO / f"{page}.md").read_text()
+    assert text.startswith("# "), f"{page}.md must start with its title"
+    assert "{code-cell}" not in text, f"{page}.md is a plain page; computations belong in the chapters"
 
 
 def test_source_has_no_unfinished_marks():
@@ -88,3 +102,46 @@ def test_source_has_no_unfinished_marks():
         text = path.read_text()
         for word in BANNED:
             assert word not in text, f"{path.relative_to(REPO)} contains {word!r}"
+
+
+# What a reader sees may rest only on the papers, public code at a commit (both in book/references.bib) and the
+# book's own equations: never on the team's working notes, an issue of the tracker, or a file of this repository
+# outside the book. READER_SOURCES lists the book sources that are clean; a chapter's notebooks/chN_*.md joins it
+# once its text has been rewritten. CONTRIBUTOR_DOCS may name repository files, but not notes or issues either.
+READER_SOURCES = ["book/intro.md", "book/appendix_theory.md"]
+CONTRIBUTOR_DOCS = ["README.md", "docs/CONVENTIONS.md"]
+NOT_A_SOURCE = {
+    "working notes": re.compile(r"\bbriefs?\b|seed summar|mw_theory|tian_xu|/work/|shared/(?:briefs|seeds)", re.I),
+    "an issue number": re.compile(r"\bissues?\s*(?:no\.?\s*)?#?\s*\d+", re.I),
+}
+OUTSIDE_THE_BOOK = re.compile(r"(?<![\w.])(?:tests|src|docs|notebooks)/[\w./-]*|\b[\w-]+\.(?:py|md|tex|txt|json)\b")
+
+
+def _offences(text: str, patterns: dict) -> list[str]:
+    found = []
+    for what, rx in patterns.items():
+        for m in rx.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            found.append(f"line {line}: {what} ({m.group(0)!r})")
+    return found
+
+
+@pytest.mark.parametrize("path", READER_SOURCES)
+def test_book_sources_cite_only_public_sources(path):
+    text = (REPO / path).read_text()
+    found = _offences(text, {**NOT_A_SOURCE, "a file outside the book": OUTSIDE_THE_BOOK})
+    assert not found, f"{path} refers to what a reader cannot check: " + "; ".join(found)
+
+
+@pytest.mark.parametrize("path", CONTRIBUTOR_DOCS)
+def test_docs_cite_no_notes_or_issues(path):
+    found = _offences((REPO / path).read_text(), NOT_A_SOURCE)
+    assert not found, f"{path}: " + "; ".join(found)
+
+
+def test_source_check_catches_what_it_should():
+    bad = "as in brief §11 R4; see issue 5 and tests/test_spectral.py; shared/briefs/mw_theory.md"
+    found = _offences(bad, {**NOT_A_SOURCE, "a file outside the book": OUTSIDE_THE_BOOK})
+    assert len(found) >= 4, found
+    ok = "the appendix {eq}`app-bulk`; {cite}`xu2026code`, Table 2; `make run NB=ch6_repulsion`; params/ci.yaml"
+    assert not _offences(ok, {**NOT_A_SOURCE, "a file outside the book": OUTSIDE_THE_BOOK})

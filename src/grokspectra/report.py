@@ -128,6 +128,45 @@ def load_summaries() -> list[dict]:
     return out
 
 
+def scale_group(scale: str) -> str:
+    """The scale a row was judged at without its detail: ``"paper: 15 seeds"`` → ``"paper"``, ``"CI: 2 seeds"`` →
+    ``"CI"``; an empty scale → ``"not recorded"``."""
+    return str(scale).split(":", 1)[0].strip() or "not recorded"
+
+
+def _claim(row: dict) -> Claim:
+    names = {f.name for f in dataclasses.fields(Claim)}
+    return Claim(**{k: v for k, v in row.items() if k in names})
+
+
+def summary_md(summaries: list[dict]) -> str:
+    """The intro's reproduction summary: a narrow table with one row per chapter and scale group
+    (:func:`scale_group`) counting the claims that agree (✓), disagree (✗) and are not comparable (–), then a list
+    of the claims that disagree (claim, source, claimed, ours, scale). ``summaries`` as from :func:`load_summaries`."""
+    if not summaries:
+        return "No chapter has been executed yet."
+    lines = ["| chapter | scale | ✓ | ✗ | – |", "|---|---|---|---|---|"]
+    disagree = []
+    for s in summaries:
+        rows = [_claim(r) for r in s.get("rows", [])]
+        title = _cell(s.get("title") or s.get("notebook", "?"))
+        groups: dict[str, list[Claim]] = {}
+        for r in rows:
+            groups.setdefault(scale_group(r.scale), []).append(r)
+        if not groups:
+            lines.append(f"| {title} | – | 0 | 0 | 0 |")
+        for g, rs in groups.items():
+            counts = [sum(r.agree is v for r in rs) for v in (True, False, None)]
+            lines.append(f"| {title} | {_cell(g)} | " + " | ".join(map(str, counts)) + " |")
+        disagree += [(title, r) for r in rows if r.agree is False]
+    out = "\n".join(lines)
+    if not disagree:
+        return out + "\n\nNo claim disagrees."
+    items = [f"* {t}: {r.claim} ({r.source}): claimed {r.claimed}, ours {r.ours}, judged at {r.scale or 'an unrecorded scale'}"
+             + (f". {r.note}" if r.note else "") for t, r in disagree]
+    return out + "\n\n**Claims that disagree:**\n\n" + "\n".join(items)
+
+
 def fmt(x: float, digits: int = 3) -> str:
     """A number for a table: fixed digits, or scientific for very small/large magnitudes; '–' for NaN/None."""
     if x is None or x != x:
