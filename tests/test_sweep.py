@@ -275,3 +275,19 @@ def test_scheduler_that_does_not_answer_is_a_clear_error():
     with pytest.raises(sweep.SweepError, match="127.0.0.1:9"):
         sweep.make_executor(scheduler="tcp://127.0.0.1:9", timeout_s=3)
     assert time.time() - t0 < 30
+
+
+def test_two_processes_on_one_sweep_leave_intact_entries(tmp_path):
+    """Two runs of the same sweep at once: at worst duplicated work, never a corrupt or missing entry."""
+    args = [sys.executable, "-m", "grokspectra", "run", "ch7.headline", "--profile", "ci", "--store", str(tmp_path),
+            "--device", "cpu"] + [x for k in ("M", "K", "seeds", "epochs", "band", "windows", "window",
+                                               "gram_every", "gram_dense")
+                                   for x in ("--set", f"{k}={json.dumps(TINY[k])}")]
+    procs = [subprocess.Popen(args, env=ENV, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for p in procs:
+        assert p.wait() == 0, p.stderr.read()
+    name = HEAD.profile_for(TINY)
+    got, n, total = HEAD.load(TINY, name, st.Store(tmp_path))
+    assert (n, total) == (4, 4) and got is not None
+    assert not list(tmp_path.rglob("*.tmp"))
