@@ -75,9 +75,9 @@ def test_killed_sweep_resumes_and_matches(tmp_path):
         torch.set_num_threads(before)
     store = tmp_path / "killed"
     args = [sys.executable, "-m", "grokspectra", "run", "ch7.headline", "--profile", "ci", "--store", str(store),
-            "--device", "cpu"] + [x for k in ("M", "K", "seeds", "epochs", "band", "windows", "window",
-                                               "gram_every", "gram_dense")
-                                   for x in ("--set", f"{k}={json.dumps(TINY[k])}")]
+            "--device", "cpu", "-y", json.dumps({k: TINY[k] for k in ("M", "K", "seeds", "epochs", "band",
+                                                                        "windows", "window", "gram_every",
+                                                                        "gram_dense")})]
     proc = subprocess.Popen(args, env=ENV, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0 = time.time()
     while not list(store.rglob("*.json")) and time.time() - t0 < 50:
@@ -280,9 +280,9 @@ def test_scheduler_that_does_not_answer_is_a_clear_error():
 def test_two_processes_on_one_sweep_leave_intact_entries(tmp_path):
     """Two runs of the same sweep at once: at worst duplicated work, never a corrupt or missing entry."""
     args = [sys.executable, "-m", "grokspectra", "run", "ch7.headline", "--profile", "ci", "--store", str(tmp_path),
-            "--device", "cpu"] + [x for k in ("M", "K", "seeds", "epochs", "band", "windows", "window",
-                                               "gram_every", "gram_dense")
-                                   for x in ("--set", f"{k}={json.dumps(TINY[k])}")]
+            "--device", "cpu", "-y", json.dumps({k: TINY[k] for k in ("M", "K", "seeds", "epochs", "band",
+                                                                        "windows", "window", "gram_every",
+                                                                        "gram_dense")})]
     procs = [subprocess.Popen(args, env=ENV, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     for p in procs:

@@ -72,11 +72,12 @@ def _overrides(a) -> dict:
             raise SystemExit(f"error: --set expects key=value, got {item!r}")
         pairs.append(item.split("=", 1))
     pairs += [list(x) for x in (a.p or [])]
-    out = {}
-    for k, v in pairs:
+    out = {k: _value(v) for k, v in pairs}
+    for text in a.y or []:  # papermill's -y: a YAML mapping (the way to give a list)
+        out.update(parse_yaml(text, f"-y {text!r}"))
+    for k in out:
         if k in ("profile", "device"):
-            raise SystemExit(f"error: {k!r} cannot be overridden with --set/-p; use --{k}")
-        out[k] = _value(v)
+            raise SystemExit(f"error: {k!r} cannot be overridden with --set/-p/-y; use --{k}")
     return out
 
 
@@ -315,6 +316,7 @@ def _main(argv=None) -> int:
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a parameter")
     r.add_argument("--force", action="store_true", help="recompute even when the store has the result")
     r.add_argument("-p", nargs=2, action="append", metavar=("NAME", "VALUE"), help="override, as papermill's -p")
+    r.add_argument("-y", action="append", metavar="YAML", help="overrides as a YAML mapping (papermill's -y), e.g. lists")
     r.add_argument("--store", default=None, help="store root (default results/ or $GROKSPECTRA_STORE)")
     r.add_argument("--workers", type=int, default=None, metavar="N",
                    help="compute units on a local Dask cluster of N worker processes (one torch thread each)")
