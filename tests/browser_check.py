@@ -220,6 +220,7 @@ GEOMETRY_JS = r"""
   const cs = getComputedStyle(art), ar = art.getBoundingClientRect();
   const left = ar.left + parseFloat(cs.paddingLeft), right = ar.right - parseFloat(cs.paddingRight);
   const out = [];
+  const TOL = 3;  // px: borders and sub-pixel rounding of a table sized to the column are not an overflow
   const label = (el) => {
     const eq = el.closest("div.math");
     if (eq) {
@@ -262,7 +263,7 @@ GEOMETRY_JS = r"""
     const [lo, hi] = el.tagName === "MJX-CONTAINER" ? visible(el) : [left, right];
     const [a, b] = extent(el);
     const over = Math.max(b - hi, lo - a);
-    if (over > 1) out.push({what: label(el), width: Math.round(b - a), column: Math.round(hi - lo),
+    if (over > TOL) out.push({what: label(el), width: Math.round(b - a), column: Math.round(hi - lo),
                             over: Math.round(over)});
   }
   return {column: Math.round(right - left), wide: out};
