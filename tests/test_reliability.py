@@ -62,6 +62,23 @@ def test_gd_divergence_names_the_first_bad_step(monkeypatch):
     assert torch.isfinite(out["train"]).all()
 
 
+def test_gd_can_mark_diverged_trials_instead(monkeypatch):
+    """Success-rate experiments (chapter 4) count a blown-up trial as a failure of GD: ``diverged="mark"``."""
+    monkeypatch.setattr(mi, "CHECK_EVERY", 7)
+    prob = mi.sample_problem(60, [60, 180], 1, "pr", trials=3, generator=0)
+    with pytest.raises(DivergenceError) as e:
+        mi.run_gd(prob, 2, 100.0, 30, M0=[[0.5, 0.3]], n_test=256, generator=1)
+    out = mi.run_gd(prob, 2, 100.0, 30, M0=[[0.5, 0.3]], n_test=256, diverged="mark", generator=1)
+    at = out["diverged_at"]
+    assert at.shape == (2, 3) and at.dtype == torch.int64 and (at > 0).any()
+    assert int(at[at >= 0].min()) == int(str(e.value).split("diverged at step ")[1].split()[0])
+    for g, row in enumerate(at.tolist()):
+        for r, s_bad in enumerate(row):
+            tr = out["train"][g, r]
+            assert torch.isfinite(tr[:s_bad if s_bad >= 0 else None]).all()
+            assert s_bad < 0 or not (tr[s_bad].abs() <= 1e30 and out["Q"][g, r, s_bad].abs().max() <= 1e30)
+
+
 def test_dmft_divergence_names_the_first_bad_step():
     step, msg = _first_bad(lambda T: dmft.run_dmft("gelu", "pr", 3.0, 100.0, T, 400, 2, antithetic=False,
                                                    generator=0), 14)

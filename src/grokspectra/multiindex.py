@@ -375,7 +375,7 @@ def risk_from_overlaps(M, Q, z, xi, y, act="gelu", a=None, b=None, loss="square"
 
 def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=None, lam: float = 0.0,
            loss="square", M0=None, Q0=None, Theta0=None, keep: Sequence[int] = (), n_test: int = 8192,
-           return_theta: bool = False, generator=None) -> dict:
+           return_theta: bool = False, diverged: str = "raise", generator=None) -> dict:
     """Full-batch GD on the first layer (``eq-ch1-gd``), batched over trials, for every group (sample size) of ``prob``:
 
     Θ^{t+1} = (1 − ηλ) Θ^t − η (1/n) Xᵀ F(XΘ^t; y).
@@ -401,6 +401,11 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
         Steps whose Θ is returned in ``out["theta"][t]``; ``return_theta`` adds the final one.
     n_test : int
         Fresh test samples per trial (:func:`fresh_latents`).
+    diverged : ``"raise"`` or ``"mark"``
+        What a trial whose train risk or ΘᵀΘ becomes NaN, infinite or larger than 1e30 does: ``"raise"`` stops with
+        :class:`~grokspectra.device.DivergenceError` naming the first such step; ``"mark"`` (for experiments that
+        count a blown-up run as a failure of GD, e.g. success rates) keeps its values as they are and records the
+        step in ``out["diverged_at"]``.
     generator
         Seed or generator for the initialisation and the test samples.
 
@@ -409,14 +414,17 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
     dict
         ``M`` [.., T+1, k, m] = Θ_*ᵀΘ^t, ``Q`` [.., T+1, m, m] = Θ^tᵀΘ^t, ``train`` [.., T+1] = (1/n) Σ_i L(u_i^t; y_i)
         (without the ridge term), ``test`` [.., T+1] (fresh data), ``theta`` {t: Θ^t}. Leading dims are [trials] for a
-        single n, else [groups, trials] (and ``theta[t]`` is then a list over groups).
+        single n, else [groups, trials] (and ``theta[t]`` is then a list over groups). With ``diverged="mark"`` also
+        ``diverged_at`` [..] (int64): the first step at which the trial diverged, −1 when it did not.
 
     Raises
     ------
     grokspectra.device.DivergenceError
-        When the train risk or ΘᵀΘ becomes NaN, infinite or larger than 1e30, naming the first such step (checked
-        every :data:`CHECK_EVERY` steps and at the end).
+        (``diverged="raise"``) When the train risk or ΘᵀΘ of a trial becomes NaN, infinite or larger than 1e30,
+        naming the first such step (checked every :data:`CHECK_EVERY` steps and at the end).
     """
+    if diverged not in ("raise", "mark"):
+        raise ValueError(f"diverged must be 'raise' or 'mark', not {diverged!r}")
     if T < 0 or eta <= 0:
         raise ValueError(f"need T >= 0 and eta > 0; got T={T}, eta={eta}")
     keep = sorted(set(int(t) for t in keep) | ({T} if return_theta else set()))
@@ -443,6 +451,7 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
         Xt = X.transpose(1, 2)
         kept = {}
         c0 = 0  # first step not yet checked for divergence
+        bad_at = torch.full((B,), -1, device=dev, dtype=torch.int64)
         for t in range(T + 1):
             Ms[:, t] = Tt @ Th
             Qs[:, t] = Th.transpose(1, 2) @ Th
@@ -451,18 +460,28 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
             U = torch.bmm(X, Th)
             F, L = per_sample_F_and_loss(U, y, act, a, b, loss)
             tr[:, t] = L.mean(-1)
-            if t % CHECK_EVERY == CHECK_EVERY - 1 or t == T:  # one host synchronisation per CHECK_EVERY steps
+            if (t % CHECK_EVERY == CHECK_EVERY - 1 or t == T) and diverged == "raise":  # one host sync per check
                 check_steps(f"GD (n = {n}, d = {d}, m = {m}, η = {eta:g})", c0,
                             {"train risk": tr[:, c0:t + 1], "ΘᵀΘ": Qs[:, c0:t + 1]}, dim=1,
                             hint="the step size is too large for this problem (reduce eta)")
+                c0 = t + 1
+            elif t % CHECK_EVERY == CHECK_EVERY - 1 or t == T:  # "mark": on the device, no synchronisation
+                w = slice(c0, t + 1)
+                flag = (~torch.isfinite(tr[:, w]) | (tr[:, w].abs() > 1e30)
+                        | (~torch.isfinite(Qs[:, w]) | (Qs[:, w].abs() > 1e30)).flatten(2).any(-1))  # [B, steps]
+                first = torch.where(flag.any(1), c0 + flag.to(torch.int8).argmax(1), -1)
+                bad_at = torch.where(bad_at >= 0, bad_at, first)
                 c0 = t + 1
             if t < T:
                 Th = torch.baddbmm(Th, Xt, F, beta=shrink, alpha=-eta / n)
         te = torch.cat([risk_from_overlaps(Ms[:, s:s + 32], Qs[:, s:s + 32], z_te, xi_te, y_te, act, a, b, loss)
                         for s in range(0, T + 1, 32)], dim=1)
         outs.append({"M": Ms, "Q": Qs, "train": tr, "test": te, "theta": kept})
+        if diverged == "mark":
+            outs[-1]["diverged_at"] = bad_at
     if prob.single:
         return outs[0]
-    res = {key: torch.stack([o[key] for o in outs]) for key in ("M", "Q", "train", "test")}
+    res = {key: torch.stack([o[key] for o in outs]) for key in ("M", "Q", "train", "test")
+           + (("diverged_at",) if diverged == "mark" else ())}
     res["theta"] = {t: [o["theta"][t] for o in outs] for t in keep}
     return res

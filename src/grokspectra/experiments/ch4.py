@@ -100,7 +100,7 @@ def _gd_sweep_one(act, m, eta, d, deltas, p, lk, dev, dt, gen_seed):
     """One d: GD from random init for every δ (grouped) × seed (batched)."""
     ns = [max(1, round(x * d)) for x in deltas]
     prob = mi.sample_problem(d, ns, 1, lk, trials=p["seeds"], device=dev, dtype=dt, generator=gen_seed)
-    out = mi.run_gd(prob, m, eta, p["T"], act=act, n_test=p["n_test"], generator=gen_seed + 1)
+    out = mi.run_gd(prob, m, eta, p["T"], act=act, n_test=p["n_test"], diverged="mark", generator=gen_seed + 1)
     cos = hard_cos(out["M"], out["Q"])  # [G, R, T+1]
     return cos.cpu().numpy(), out["train"].cpu().numpy(), out["test"].cpu().numpy()
 
@@ -265,7 +265,8 @@ def init_compare(p: dict, device: torch.device) -> dict:
         theta0.append(th)
     outs = []
     for Theta0 in (None, theta0):
-        o = mi.run_gd(prob, m, eta, p["init_T"], act=act, n_test=p["n_test"], Theta0=Theta0, generator=seed + 2)
+        o = mi.run_gd(prob, m, eta, p["init_T"], act=act, n_test=p["n_test"], Theta0=Theta0, diverged="mark",
+                      generator=seed + 2)
         outs.append(o)
     return {
         "cos": torch.stack([hard_cos(o["M"], o["Q"]) for o in outs]).cpu().numpy(),
@@ -379,10 +380,10 @@ def bench_gd(device="auto", quick: bool = False) -> dict:
     deltas = [4.0, 6.0, 8.0]
     lk = mi.link("pr_clip", c=6.0)
     prob = mi.sample_problem(d, [round(x * d) for x in deltas], 1, lk, trials=seeds, device=dev, generator=0)
-    mi.run_gd(prob, 1, 0.1, 5, act="quad", n_test=1024, generator=1)  # warm-up
+    mi.run_gd(prob, 1, 0.1, 5, act="quad", n_test=1024, diverged="mark", generator=1)  # warm-up
     synchronize(dev)
     t0 = time.perf_counter()
-    mi.run_gd(prob, 1, 0.1, T, act="quad", n_test=1024, generator=1)
+    mi.run_gd(prob, 1, 0.1, T, act="quad", n_test=1024, diverged="mark", generator=1)
     synchronize(dev)
     wall = time.perf_counter() - t0
     rows = sum(prob.n) * seeds
