@@ -269,3 +269,51 @@ def test_predicted_escape_formula():
     t = ch5.predicted_escape(40.0, np.array([-0.5, 0.2]), np.array([0.04, 0.04]), np.array([0.05, 0.05]), 0.1, 0.5)
     assert t[0] == pytest.approx(40 + math.log(0.5 / (0.2 * 0.05)) / math.log(1.05))
     assert np.isinf(t[1])
+
+
+def test_settled_criterion():
+    t = np.arange(0, 101)
+    x = np.stack([1 + np.exp(-t / 5.0), 1 + 1 / (1 + t)])  # settles / drifts like 1/t
+    s = tr.settled(t, x, lag=20, tol=1e-3)
+    assert s["change"][0] < 1e-6 and abs(s["change"][1] - (1 / 81 - 1 / 101)) < 1e-12
+    assert not s["settled"]  # the 1/t drift (2.4e-3) exceeds the tolerance
+    assert tr.settled(t, x[0], lag=20, tol=1e-3)["settled"]
+    assert not tr.settled(t, np.full(101, np.nan), lag=20, tol=1.0)["settled"]
+    with pytest.raises(ValueError):
+        tr.settled(t[::7], x[:, ::7], lag=20, tol=1e-3)  # no recorded step at T - lag
+
+
+def _noisy_line(root, sigma):
+    """c(δ) = δ − root + σ ξ/√n, ξ ~ N(0,1) fixed by (δ, n, rep): a reproducible Monte-Carlo criterion."""
+    calls = []
+
+    def crit(d, n, rep):
+        calls.append(n)
+        g = np.random.default_rng([int(round(d * 1e9)), n, rep])
+        return d - root + sigma * g.standard_normal() / math.sqrt(n)
+
+    return crit, calls
+
+
+def test_noisy_bisect_reaches_tolerance_when_noise_is_small():
+    crit, calls = _noisy_line(5.3, sigma=1.0)
+    r = tr.noisy_bisect(crit, 2.0, 16.0, rtol=0.02, n0=1000, n_max=64000, reps=4, z=3.0)
+    assert r["limited_by"] == "tolerance"
+    assert r["hi"] / r["lo"] - 1 < 0.02 and r["lo"] <= 5.3 <= r["hi"]
+    # the root's Monte-Carlo spread: se of the mean ≈ σ/√(n reps) at slope 1, with n the final paths
+    assert r["root_mc_se"] < 0.5 * (r["hi"] - r["lo"])
+    # near the root the sign is undecided at n0, so the paths were increased there
+    assert max(calls) > 1000
+
+
+def test_noisy_bisect_stops_and_says_so_when_noise_limits():
+    crit, calls = _noisy_line(5.3, sigma=60.0)
+    r = tr.noisy_bisect(crit, 2.0, 16.0, rtol=0.01, n0=1000, n_max=4000, reps=4, z=3.0)
+    assert r["limited_by"] == "noise"
+    assert r["hi"] / r["lo"] - 1 > 0.01 and max(calls) <= 4000
+    # the bracket is still honest: every decided sign was decided by ≥ 3 s.e., so the truth lies inside
+    assert r["lo"] <= 5.3 <= r["hi"]
+    # the root's Monte-Carlo spread, σ/√(n reps)/slope ≈ 0.47 at n = 4000, is reported
+    assert 0.2 < r["root_mc_se"] < 1.5
+    with pytest.raises(ValueError, match="bracket"):
+        tr.noisy_bisect(crit, 6.0, 16.0, n0=1000, n_max=4000, reps=4)

@@ -466,3 +466,120 @@ def binomial_consistent(k1, n1, k2, n2, *, alpha: float = 0.05) -> tuple[bool, f
     table = [[int(k1), int(n1 - k1)], [int(k2), int(n2 - k2)]]
     p = float(stats.fisher_exact(table).pvalue)
     return p >= alpha, p
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# convergence of the first phase, and a bisection whose bracket is limited by its tolerance, not by noise
+
+
+def settled(t, x, lag: int, tol: float) -> dict:
+    """Has a trajectory settled? The criterion of chapter 3: |x_T − x_{T−lag}| < tol at the last recorded step T
+    (for several observables, every one of them).
+
+    Parameters
+    ----------
+    t : array_like [T]
+        Increasing integer steps.
+    x : array_like [..., T]
+        Trajectories (e.g. Q_⊥(t, t), the train risk, the bulk edge).
+    lag : int
+        Δ in steps (needs a recorded step T − Δ).
+    tol : float
+        Absolute tolerance.
+
+    Returns
+    -------
+    dict
+        ``change`` [...] = |x_T − x_{T−Δ}|, ``settled`` (bool, every change < tol and finite).
+    """
+    t = np.asarray(t)
+    x = np.asarray(x, dtype=float)
+    if t.ndim != 1 or x.shape[-1] != t.size:
+        raise ValueError(f"t must be 1-d with len = x.shape[-1]; got {t.shape}, {x.shape}")
+    if lag <= 0 or not tol > 0:
+        raise ValueError(f"need lag > 0 and tol > 0, got {lag}, {tol}")
+    j = np.flatnonzero(t == t[-1] - lag)
+    if j.size == 0:
+        raise ValueError(f"no recorded step at T - lag = {t[-1] - lag}")
+    change = np.abs(x[..., -1] - x[..., j[0]])
+    return {"change": change, "settled": bool(np.all(np.isfinite(change)) and np.all(change < tol))}
+
+
+def noisy_bisect(crit, lo: float, hi: float, *, rtol: float = 0.05, n0: int, n_max: int, reps: int = 2,
+                 z: float = 2.0, max_iter: int = 20) -> dict:
+    """Root of an increasing, Monte-Carlo-estimated criterion c(δ) by bisection with noise control.
+
+    ``crit(delta, n, rep)`` returns one estimate of c(δ) from ``n`` paths with replicate index ``rep`` (independent
+    paths for different ``rep``; the same (δ, n, rep) must give the same value). At each δ the mean ĉ and standard
+    error s = sd/√reps of ``reps`` replicates are formed; the sign of c is taken as decided when |ĉ| ≥ z·s, else n
+    is doubled (up to ``n_max``). If the sign at a mid-point is still undecided at ``n_max`` the bisection stops
+    there: the root lies within about z·s/|slope| of that point (slope: the secant between the bracket ends), the
+    bracket shrinks to that band, and it is **noise-limited** (``limited_by = "noise"``) when the band is wider
+    than the tolerance. Otherwise it runs until hi/lo − 1 < ``rtol`` (``limited_by = "tolerance"``).
+
+    The Monte-Carlo spread of the root itself is estimated as ``root_mc_se`` = s / |slope|, with s the standard
+    error at the undecided mid-point where the bisection stopped (else the mean of the two bracket ends') and the
+    slope the secant of ĉ between the bracket ends; the bracket is limited by the tolerance, not by Monte-Carlo
+    spread, when its half-width exceeds ``root_mc_se``.
+
+    Returns
+    -------
+    dict
+        ``root`` (geometric mid-point of the final bracket), ``lo``, ``hi``, ``limited_by``, ``root_mc_se``, and
+        per evaluation ``deltas``, ``n``, ``mean``, ``se``.
+    """
+    if not (0 < lo < hi) or reps < 2 or n0 < 2 or n_max < n0 or not rtol > 0:
+        raise ValueError(f"need 0 < lo < hi, reps >= 2, 2 <= n0 <= n_max, rtol > 0; got {lo}, {hi}, {reps}, "
+                         f"{n0}, {n_max}, {rtol}")
+    hist = {"deltas": [], "n": [], "mean": [], "se": []}
+
+    def evaluate(d):
+        n = n0
+        while True:
+            v = np.array([float(crit(d, n, r)) for r in range(reps)])
+            if not np.all(np.isfinite(v)):
+                raise ValueError(f"non-finite criterion {v} at delta = {d}, n = {n}")
+            mean, se = float(v.mean()), float(v.std(ddof=1) / math.sqrt(reps))
+            hist["deltas"].append(d)
+            hist["n"].append(n)
+            hist["mean"].append(mean)
+            hist["se"].append(se)
+            if abs(mean) >= z * se:
+                return mean, se, True
+            if 2 * n > n_max:
+                return mean, se, False
+            n *= 2
+
+    clo, slo, ok_lo = evaluate(lo)
+    chi, shi, ok_hi = evaluate(hi)
+    if not (ok_lo and ok_hi and clo < 0 < chi):
+        raise ValueError(f"noisy_bisect: [{lo}, {hi}] does not bracket a sign change: c = {clo:.4g} ± {slo:.2g} "
+                         f"at {lo}, {chi:.4g} ± {shi:.2g} at {hi} (needs < 0 and > 0, each by {z:g} s.e.)")
+    limited = "tolerance"
+    mc_mid = None
+    ends = {"lo": (lo, clo, slo), "hi": (hi, chi, shi)}
+    for _ in range(max_iter):
+        if hi / lo - 1 < rtol:
+            break
+        mid = math.sqrt(lo * hi)
+        c, s, ok = evaluate(mid)
+        if not ok:
+            # the sign at mid is undecided at n_max: the root is within ~z·s/|slope| of mid (secant slope of the
+            # bracket ends); shrink to that band and stop
+            slope = (ends["hi"][1] - ends["lo"][1]) / (ends["hi"][0] - ends["lo"][0])
+            half = z * s / abs(slope)
+            lo, hi = max(lo, mid - half), min(hi, mid + half)
+            limited = "tolerance" if hi / lo - 1 < rtol else "noise"
+            mc_mid = s / abs(slope)
+            break
+        if c > 0:
+            hi, ends["hi"] = mid, (mid, c, s)
+        else:
+            lo, ends["lo"] = mid, (mid, c, s)
+    (x0, c0, s0), (x1, c1, s1) = ends["lo"], ends["hi"]
+    slope = (c1 - c0) / (x1 - x0)
+    mc_se = 0.5 * (s0 + s1) / abs(slope) if slope != 0 else float("inf")
+    if mc_mid is not None:
+        mc_se = mc_mid
+    return {"root": math.sqrt(lo * hi), "lo": lo, "hi": hi, "limited_by": limited, "root_mc_se": float(mc_se),
+            **{k: np.asarray(v) for k, v in hist.items()}}
