@@ -209,10 +209,10 @@ def test_delta_alg_closed_forms_and_monte_carlo():
 
 
 def test_parse_student():
-    assert ch4.parse_student("gelu:2:2.0") == ("gelu", 2, 2.0)
+    assert tr.parse_student("gelu:2:2.0") == ("gelu", 2, 2.0)
     for bad in ("gelu:2", "swish:1:0.1", "quad:0:0.1", "quad:1:-1"):
         with pytest.raises(ParamError):
-            ch4.parse_student(bad)
+            tr.parse_student(bad)
 
 
 def test_hard_cos_closed_form():
@@ -220,7 +220,7 @@ def test_hard_cos_closed_form():
     g = torch.Generator().manual_seed(0)
     ts = torch.linalg.qr(torch.randn(d, 1, generator=g, dtype=torch.float64))[0]
     Th = torch.randn(d, m, generator=g, dtype=torch.float64)
-    c = ch4.hard_cos(ts.T @ Th, Th.T @ Th)
+    c = tr.hard_cos(ts.T @ Th, Th.T @ Th)
     ref = max(abs(float(ts[:, 0] @ Th[:, j])) / float(Th[:, j].norm()) for j in range(m))
     assert abs(float(c) - ref) < 1e-12
 
@@ -315,5 +315,9 @@ def test_noisy_bisect_stops_and_says_so_when_noise_limits():
     assert r["lo"] <= 5.3 <= r["hi"]
     # the root's Monte-Carlo spread, σ/√(n reps)/slope ≈ 0.47 at n = 4000, is reported
     assert 0.2 < r["root_mc_se"] < 1.5
+    # an end undecided at n_max: the initial bracket comes back, noise-limited
+    r = tr.noisy_bisect(crit, 5.0, 16.0, n0=1000, n_max=2000, reps=4, z=3.0)
+    assert (r["lo"], r["hi"], r["limited_by"]) == (5.0, 16.0, "noise") and r["root_mc_se"] == math.inf
+    crit_small, _ = _noisy_line(5.3, sigma=1.0)
     with pytest.raises(ValueError, match="bracket"):
-        tr.noisy_bisect(crit, 6.0, 16.0, n0=1000, n_max=4000, reps=4)
+        tr.noisy_bisect(crit_small, 6.0, 16.0, n0=1000, n_max=4000, reps=4)

@@ -22,7 +22,11 @@ import dataclasses
 import math
 
 import numpy as np
+import torch
 from scipy import optimize, stats
+
+from . import multiindex as mi
+from .params import ParamError
 
 
 class FitError(RuntimeError):
@@ -515,7 +519,9 @@ def noisy_bisect(crit, lo: float, hi: float, *, rtol: float = 0.05, n0: int, n_m
     is doubled (up to ``n_max``). If the sign at a mid-point is still undecided at ``n_max`` the bisection stops
     there: the root lies within about z·s/|slope| of that point (slope: the secant between the bracket ends), the
     bracket shrinks to that band, and it is **noise-limited** (``limited_by = "noise"``) when the band is wider
-    than the tolerance. Otherwise it runs until hi/lo − 1 < ``rtol`` (``limited_by = "tolerance"``).
+    than the tolerance. Otherwise it runs until hi/lo − 1 < ``rtol`` (``limited_by = "tolerance"``). When the
+    sign at an end of the initial bracket is undecided at ``n_max``, nothing is bisected: the result is the initial
+    bracket, noise-limited, with ``root_mc_se`` = inf. Two decided ends of the same sign raise ``ValueError``.
 
     The Monte-Carlo spread of the root itself is estimated as ``root_mc_se`` = s / |slope|, with s the standard
     error at the undecided mid-point where the bisection stopped (else the mean of the two bracket ends') and the
@@ -552,7 +558,10 @@ def noisy_bisect(crit, lo: float, hi: float, *, rtol: float = 0.05, n0: int, n_m
 
     clo, slo, ok_lo = evaluate(lo)
     chi, shi, ok_hi = evaluate(hi)
-    if not (ok_lo and ok_hi and clo < 0 < chi):
+    if not (ok_lo and ok_hi):  # an end's sign is undecided at n_max: the whole bracket is noise-limited
+        return {"root": math.sqrt(lo * hi), "lo": lo, "hi": hi, "limited_by": "noise", "root_mc_se": float("inf"),
+                **{k: np.asarray(v) for k, v in hist.items()}}
+    if not clo < 0 < chi:
         raise ValueError(f"noisy_bisect: [{lo}, {hi}] does not bracket a sign change: c = {clo:.4g} ± {slo:.2g} "
                          f"at {lo}, {chi:.4g} ± {shi:.2g} at {hi} (needs < 0 and > 0, each by {z:g} s.e.)")
     limited = "tolerance"
@@ -583,3 +592,43 @@ def noisy_bisect(crit, lo: float, hi: float, *, rtol: float = 0.05, n0: int, n_m
         mc_se = mc_mid
     return {"root": math.sqrt(lo * hi), "lo": lo, "hi": hi, "limited_by": limited, "root_mc_se": float(mc_se),
             **{k: np.asarray(v) for k, v in hist.items()}}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# helpers shared by the experiments of chapters 4 and 5 (students, overlaps, extreme eigenpairs)
+
+
+def parse_student(spec: str) -> tuple[str, int, float]:
+    """'quad:1:0.1' → ('quad', 1, 0.1): activation, width m, step size η (brief §2.2, §2.4)."""
+    parts = spec.split(":")
+    try:
+        act, m, eta = parts[0], int(parts[1]), float(parts[2])
+    except (IndexError, ValueError):
+        raise ParamError(f"student {spec!r} must look like 'activation:m:eta', e.g. 'quad:1:0.1'") from None
+    if len(parts) != 3 or act not in mi.ACTIVATIONS or m < 1 or not eta > 0:
+        raise ParamError(f"student {spec!r}: activation in {sorted(mi.ACTIVATIONS)}, m >= 1, eta > 0")
+    return act, m, eta
+
+
+def hard_cos(M: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
+    """max_j |cos(θ_j, θ_*)| = max_j |M_{1j}| / √Q_jj from the overlaps M [.., 1, m] and Q [.., m, m] (brief §2.5)."""
+    q = torch.diagonal(Q, dim1=-2, dim2=-1).clamp_min(1e-30).sqrt()
+    return (M[..., 0, :].abs() / q).amax(-1)
+
+
+def extreme_eigvecs(H: torch.Tensor, which: str = "top", k: int = 1):
+    """The k largest ("top") or smallest ("bottom") eigenpairs of a batch of symmetric matrices H [B, n, n]:
+    ``(evals [B, k], evecs [B, n, k])``, ascending. On the GPU a batched ``torch.linalg.eigh``; on the CPU LAPACK's
+    ``syevr`` restricted to the wanted indices (``scipy.linalg.eigh(subset_by_index=…)``, one call per matrix),
+    which skips the full eigenvector back-transform."""
+    B, n, _ = H.shape
+    if H.device.type != "cpu":
+        w, V = torch.linalg.eigh(H)
+        sl = slice(n - k, n) if which == "top" else slice(0, k)
+        return w[:, sl], V[:, :, sl]
+    from scipy import linalg as sla
+
+    idx = [n - k, n - 1] if which == "top" else [0, k - 1]
+    Hn = H.detach().double().numpy()
+    ws, Vs = zip(*(sla.eigh(Hn[b], subset_by_index=idx) for b in range(B)))
+    return (torch.from_numpy(np.stack(ws)).to(H.dtype), torch.from_numpy(np.stack(Vs)).to(H.dtype))

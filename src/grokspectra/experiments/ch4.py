@@ -19,6 +19,7 @@ from .. import dmft
 from .. import multiindex as mi
 from .. import spectral as sp
 from .. import transitions as tr
+from ..transitions import extreme_eigvecs, hard_cos, parse_student  # noqa: F401 (used by the notebook)
 from ..device import get_dtype
 from ..params import Param, ParamError, Schema
 from . import experiment
@@ -54,26 +55,12 @@ MODULES = ["grokspectra.multiindex", "grokspectra.spectral", "grokspectra.transi
 DMFT_MODULES = ["grokspectra.multiindex", "grokspectra.dmft", "grokspectra.transitions"]
 
 
-def parse_student(spec: str) -> tuple[str, int, float]:
-    """'quad:1:0.1' → ('quad', 1, 0.1): activation, width m, step size η (brief §2.2, §2.4)."""
-    parts = spec.split(":")
-    try:
-        act, m, eta = parts[0], int(parts[1]), float(parts[2])
-    except (IndexError, ValueError):
-        raise ParamError(f"student {spec!r} must look like 'activation:m:eta', e.g. 'quad:1:0.1'") from None
-    if len(parts) != 3 or act not in mi.ACTIVATIONS or m < 1 or not eta > 0:
-        raise ParamError(f"student {spec!r}: activation in {sorted(mi.ACTIVATIONS)}, m >= 1, eta > 0")
-    return act, m, eta
 
 
 def make_link(p: dict) -> mi.Link:
     return mi.link(p["link"], c=p["clip"] if p["link"] == "pr_clip" else None)
 
 
-def hard_cos(M: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
-    """max_j |cos(θ_j, θ_*)| = max_j |M_{1j}| / √Q_jj from the overlaps M [.., 1, m] and Q [.., m, m] (brief §2.5)."""
-    q = torch.diagonal(Q, dim1=-2, dim2=-1).clamp_min(1e-30).sqrt()
-    return (M[..., 0, :].abs() / q).amax(-1)
 
 
 def delta_alg(link_name: str, clip: float = math.inf) -> float:
@@ -157,22 +144,6 @@ def sweep(p: dict, device: torch.device) -> dict:
     return out
 
 
-def extreme_eigvecs(H: torch.Tensor, which: str = "top", k: int = 1):
-    """The k largest ("top") or smallest ("bottom") eigenpairs of a batch of symmetric matrices H [B, n, n]:
-    ``(evals [B, k], evecs [B, n, k])``, ascending. On the GPU a batched ``torch.linalg.eigh``; on the CPU LAPACK's
-    ``syevr`` restricted to the wanted indices (``scipy.linalg.eigh(subset_by_index=…)``, one call per matrix),
-    which skips the full eigenvector back-transform."""
-    B, n, _ = H.shape
-    if H.device.type != "cpu":
-        w, V = torch.linalg.eigh(H)
-        sl = slice(n - k, n) if which == "top" else slice(0, k)
-        return w[:, sl], V[:, :, sl]
-    from scipy import linalg as sla
-
-    idx = [n - k, n - 1] if which == "top" else [0, k - 1]
-    Hn = H.detach().double().numpy()
-    ws, Vs = zip(*(sla.eigh(Hn[b], subset_by_index=idx) for b in range(B)))
-    return (torch.from_numpy(np.stack(ws)).to(H.dtype), torch.from_numpy(np.stack(Vs)).to(H.dtype))
 
 
 def lal_trimmed(y, floor: float = -10.0):

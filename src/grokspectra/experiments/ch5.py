@@ -18,10 +18,10 @@ import torch
 from .. import hessian as hs
 from .. import multiindex as mi
 from .. import transitions as tr
+from ..transitions import extreme_eigvecs, hard_cos, parse_student
 from ..device import get_dtype
 from ..params import Param, Schema
 from . import experiment
-from .ch4 import extreme_eigvecs, hard_cos, parse_student
 
 SECTION = "ch5_grokking"
 
@@ -50,7 +50,7 @@ SCHEMA = Schema(
     Param("dtype", str, choices=("float32", "float64"), help="GD precision"),
 )
 
-MODULES = ["grokspectra.multiindex", "grokspectra.hessian", "grokspectra.transitions", "grokspectra.experiments.ch4"]
+MODULES = ["grokspectra.multiindex", "grokspectra.hessian", "grokspectra.transitions"]
 
 
 def _link(p):
