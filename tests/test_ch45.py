@@ -134,7 +134,7 @@ def test_first_crossing_closed_form_and_loop():
 
 def test_escape_time_and_growth_rate_match_gd_on_a_quadratic():
     # GD v <- v - eta H v on a quadratic whose Hessian has one negative eigenvalue lam along e_0: the overlap
-    # with e_0 grows by (1 + eta|lam|) per step (brief §9), which is what predicted_escape_time inverts
+    # with e_0 grows by (1 + eta|lam|) per step (chapter 5), which is what predicted_escape_time inverts
     d, eta, lam = 50, 0.1, -0.8
     rng = np.random.default_rng(3)
     Q, _ = np.linalg.qr(rng.standard_normal((d, d)))

@@ -1,7 +1,7 @@
-"""Discrete-time DMFT for O(1) steps of full-batch GD on the first layer (brief ``mw_theory.md`` §3.2–§3.3).
+"""Discrete-time DMFT for O(1) steps of full-batch GD on the first layer (eq. app-dmft).
 
-The brief's equations are its own reconstruction (§0), validated there against GD (§12.1); the book re-validates
-them (chapter 1). Notation of §3.2, all kernels m×m, t, s integer steps:
+The equations are the book's reconstruction (appendix, eq. app-dmft); chapter 1 validates them against
+finite-d GD. Notation, all kernels m×m, t, s integer steps:
 
 * sample side (Monte Carlo over N paths): u^t = zM_t + w^t + Σ_{s<t} F^s R_θ(t,s)ᵀ, F^t = F(u^t; y),
   w a centred Gaussian process with covariance Q_⊥(t,s); response χ(t,t) = D(u^t; y),
@@ -13,7 +13,7 @@ them (chapter 1). Notation of §3.2, all kernels m×m, t, s integer steps:
 * signal: M_{t+1} = (1−ηλ)M_t − η E[z F^tᵀ]; Q_t = M_tᵀM_t + Q_⊥(t,t).
 
 ``memory=False`` drops the Onsager/reaction terms (R_θ in the sample process and R_F on the parameter side), keeping
-the noise propagation through B — the "naive" closure §12.1 shows to be wrong.
+the noise propagation through B — the "naive" closure chapter 1 shows to be wrong.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _cholesky(C: torch.Tensor, t: int) -> torch.Tensor:
 def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int | None = None, *, M0=None, Q0=None,
              a=None, b=None, lam: float = 0.0, loss="square", memory: bool = True, antithetic: bool = True,
              keep=(), n_test: int | None = None, device="cpu", dtype=torch.float64, generator=None) -> dict:
-    """Run the DMFT algorithm of brief §3.3 for t = 0 … T with N Monte Carlo paths.
+    """Run the DMFT algorithm of eq. app-dmft for t = 0 … T with N Monte Carlo paths.
 
     Parameters
     ----------
@@ -52,7 +52,7 @@ def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int
     T, N, m, k : steps, paths (even when ``antithetic``), width, latent dimension (default the link's).
     M0 : [k, m] initial overlap (default 0: random init); Q0 : Q_⊥(0,0) (default I_m).
     memory : keep the memory (Onsager) terms. antithetic : pair the paths (z, ξ) and (z with its hard coordinates
-        flipped, ξ) (brief §3.3, R5); with a hard row of M0 equal to 0 the hard overlap then stays exactly 0.
+        flipped, ξ) (eq. app-dmft); with a hard row of M0 equal to 0 the hard overlap then stays exactly 0.
     keep : steps t whose sample-side law is returned.
 
     Returns
@@ -61,7 +61,7 @@ def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int
     over paths, memory included), ``test`` [T+1] (E L(u; y), u = zM_t + N(0, Q_⊥(t,t)), no memory), the kernels
     ``C_F``, ``R_F``, ``R_theta`` [T+1,T+1,m,m] (R_theta[t,s] = B_{t,s}), and for each t in ``keep``:
     ``law[t] = {"z": [N,k], "y": [N], "u": [N,m]}`` (also ``z``, ``y``, ``u[t]``), from which the Hessian weight law
-    is G_t = per_sample_D(u, y, act, a, b) and the hard coordinates are ζ = z[:, link.hard] (brief §5.2).
+    is G_t = per_sample_D(u, y, act, a, b) and the hard coordinates are ζ = z[:, link.hard] (eq. app-weights).
     """
     lk = make_link(link)
     k = lk.k if k is None else k

@@ -1,6 +1,6 @@
 """The exact Hessian of the empirical risk in the first layer, matrix-free and dense, and its lowest eigenpairs.
 
-Brief ``mw_theory.md`` §5.1: with vec(Θ) ordered neuron-major, index (j, r) ↦ j·d + r,
+The Hessian of the appendix (eq. app-weights): with vec(Θ) ordered neuron-major, index (j, r) ↦ j·d + r,
 
     H = ∇²_Θ R̂(Θ) = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λ I,   D_i = D(Θᵀx_i; y_i) = ∇²_u L   (multiindex.per_sample_D).
 
@@ -36,12 +36,12 @@ def mat_to_vec(V: torch.Tensor) -> torch.Tensor:
 
 
 def hessian_weights(Theta, X, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
-    """D_i = ∇²_u L(Θᵀx_i; y_i), [..., n, m, m] (brief §5.2: the empirical Hessian weights, law → G_t)."""
+    """D_i = ∇²_u L(Θᵀx_i; y_i), [..., n, m, m] (eq. app-weights: the empirical Hessian weights, law → G_t)."""
     return per_sample_D(X @ Theta, y, act, a, b, loss)
 
 
 def hessian_matvec(Theta, X, y, act, a, b, v, *, lam: float = 0.0, loss="square", D=None) -> torch.Tensor:
-    """Matrix-free Hessian-vector product (brief §5.1), H = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λI, computed as
+    """Matrix-free Hessian-vector product (eq. app-weights), H = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λI, computed as
 
     HV = (1/n) Xᵀ [ (D_i (XV)_i)_i ] + λV   (two reads of X, no md×md matrix).
 
@@ -75,7 +75,7 @@ def hessian_matvec(Theta, X, y, act, a, b, v, *, lam: float = 0.0, loss="square"
 
 
 def hessian_dense(Theta, X, y, act="gelu", a=None, b=None, *, lam: float = 0.0, loss="square") -> torch.Tensor:
-    """The dense Hessian of brief §5.1, H = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λI, with blocks
+    """The dense Hessian of eq. app-weights, H = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λI, with blocks
     H[(j,·),(l,·)] = (1/n) Xᵀ diag(D_i[j,l]) X.
 
     Parameters are those of :func:`hessian_matvec` (without ``v``). Returns a tensor [.., m·d, m·d] (neuron-major);
@@ -148,7 +148,7 @@ def lowest_eigpairs(Theta, X, y, act="gelu", a=None, b=None, *, k: int = 1, meth
 
 
 def overlap_with(v: torch.Tensor, Theta_star: torch.Tensor) -> torch.Tensor:
-    """‖(P ⊗ I_m) v‖² / ‖v‖² with P the projector on span(Θ_*): the weight of v on span(Θ_*) ⊗ R^m (brief §6.2).
+    """‖(P ⊗ I_m) v‖² / ‖v‖² with P the projector on span(Θ_*): the weight of v on span(Θ_*) ⊗ R^m (eq. app-overlap).
 
     ``v`` [..., m·d], neuron-major vectors (for the output of :func:`lowest_eigpairs` pass ``evecs.T``);
     ``Theta_star`` [d, k] with orthonormal columns (pass Θ_* U_H for the hard directions). Returns [...].

@@ -1,11 +1,11 @@
 """Multi-index data, two-layer networks and batched full-batch gradient descent.
 
-Conventions of ``mw_theory.md`` §2 (the brief; the paper's own conventions are unknown, brief §0):
+Conventions of the book (chapter 1 and the appendix; the paper's own normalisations are not public):
 
-* data x ~ N(0, I_d), latent z = Θ_*ᵀx ∈ R^k with Θ_*ᵀΘ_* = I_k, label y = φ(z) (+ noise) (§2.1);
-* network f(x) = (1/m) Σ_j a_j σ(θ_jᵀx + b_j), first layer Θ = [θ_1 … θ_m] ∈ R^{d×m} trained, a, b fixed (§2.2);
-* per-sample loss L(u; y) = ℓ(y, f(u)) of the pre-activations u = Θᵀx; F = ∇_u L, D = ∇²_u L (§2.3);
-* GD Θ ← (1 − ηλ) Θ − η (1/n) Xᵀ F(XΘ; y) (§2.4); observables M = Θ_*ᵀΘ, Q = ΘᵀΘ, train and test risk (§2.5).
+* data x ~ N(0, I_d), latent z = Θ_*ᵀx ∈ R^k with Θ_*ᵀΘ_* = I_k, label y = φ(z) (+ noise) (chapter 1);
+* network f(x) = (1/m) Σ_j a_j σ(θ_jᵀx + b_j), first layer Θ = [θ_1 … θ_m] ∈ R^{d×m} trained, a, b fixed (chapter 1);
+* per-sample loss L(u; y) = ℓ(y, f(u)) of the pre-activations u = Θᵀx; F = ∇_u L, D = ∇²_u L (chapter 1);
+* GD Θ ← (1 − ηλ) Θ − η (1/n) Xᵀ F(XΘ; y) (chapter 1); observables M = Θ_*ᵀΘ, Q = ΘᵀΘ, train and test risk (chapter 1).
 
 Everything is batched: a leading ``trials`` dimension, and groups of different sample sizes n (one per δ).
 """
@@ -45,7 +45,7 @@ def _tanh2(u):
 
 
 ACTIVATIONS: dict[str, tuple[Callable, Callable, Callable]] = {
-    # GeLU σ = uΦ(u), σ' = Φ + uϕ, σ'' = ϕ(2 − u²)  (brief §2.2)
+    # GeLU σ = uΦ(u), σ' = Φ + uϕ, σ'' = ϕ(2 − u²)  (chapter 1)
     "gelu": (_gelu, _gelu1, _gelu2),
     # Quad σ = u²
     "quad": (lambda u: u * u, lambda u: 2.0 * u, lambda u: torch.full_like(u, 2.0)),
@@ -74,7 +74,7 @@ def _logcosh(r):
 LOSSES: dict[str, tuple[Callable, Callable, Callable]] = {
     # ℓ(r), ℓ'(r), ℓ''(r) of the residual r = f − y
     "square": (lambda r: 0.5 * r * r, lambda r: r, torch.ones_like),
-    # bounded ℓ' (brief §10: avoids the unbounded Hessian weights of §5.5)
+    # bounded ℓ' (chapter 4: avoids the unbounded Hessian weights of chapter 2)
     "logcosh": (_logcosh, torch.tanh, lambda r: 1.0 - torch.tanh(r) ** 2),
 }
 
@@ -91,7 +91,7 @@ def _loss(name):
 class Link:
     """A link y = φ(z) + noise·ε on the latent z ∈ R^k.
 
-    ``hard`` lists the latent coordinates the label is even in given the others (brief §4: E[z_H | y, z_E] = 0);
+    ``hard`` lists the latent coordinates the label is even in given the others (chapter 1: E[z_H | y, z_E] = 0);
     the DMFT flips exactly these for antithetic sampling.
     """
 
@@ -139,7 +139,7 @@ def link(name, *, c: float | None = None, k: int | None = None, hard: Sequence[i
     return Link(name, fn, kk, hh if hard is None else tuple(hard), noise)
 
 
-# --- per-sample loss, F = ∇_u L and D = ∇²_u L (brief §2.3) -------------------------------------------------------
+# --- per-sample loss, F = ∇_u L and D = ∇²_u L (chapter 1) -------------------------------------------------------
 def _parts(u, y, act, a, b, loss):
     s0, s1, s2 = activation(act)
     m = u.shape[-1]
@@ -152,14 +152,14 @@ def _parts(u, y, act, a, b, loss):
 
 
 def per_sample_loss(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
-    """L(u; y) = ℓ(f(u) − y) with f(u) = (1/m) Σ_j a_j σ(u_j + b_j) (brief §2.2–§2.3). ``u`` [..., m], ``y`` [...]."""
+    """L(u; y) = ℓ(f(u) − y) with f(u) = (1/m) Σ_j a_j σ(u_j + b_j) (chapter 1). ``u`` [..., m], ``y`` [...]."""
     _, _, _, r, (l0, _, _), _ = _parts(u, y, act, a, b, loss)
     return l0(r)
 
 
 def per_sample_F(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
     """Per-sample gradient in the pre-activations, F(u; y) = ∇_u L = ℓ'(f − y) g with g_j = a_j σ'(u_j + b_j)/m
-    (brief §2.3; for the square loss ℓ' = f − y).
+    (chapter 1; for the square loss ℓ' = f − y).
 
     Parameters
     ----------
@@ -198,7 +198,7 @@ def per_sample_FLD(u, y, act="gelu", a=None, b=None, loss="square"):
 
 
 def per_sample_D(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
-    """Per-sample Hessian in the pre-activations (brief §2.3, the Hessian weight of §5.1–§5.2),
+    """Per-sample Hessian in the pre-activations (chapter 1, the Hessian weight of eq. app-weights),
 
     D(u; y) = ∇²_u L = ℓ''(f − y) g gᵀ + ℓ'(f − y) diag(a_j σ''(u_j + b_j)/m),  g_j = a_j σ'(u_j + b_j)/m.
 
@@ -262,7 +262,7 @@ def random_orthonormal(trials, d, k, *, device, dtype, generator) -> torch.Tenso
 
 def sample_problem(d: int, n, k: int, link_, *, trials: int = 1, device="cpu", dtype=torch.float32,
                    generator=None) -> Problem:
-    """Draw the training data of brief §2.1: x_i ~ N(0, I_d), Θ_* uniform with orthonormal columns, y_i = φ(Θ_*ᵀx_i).
+    """Draw the training data of chapter 1: x_i ~ N(0, I_d), Θ_* uniform with orthonormal columns, y_i = φ(Θ_*ᵀx_i).
 
     Parameters
     ----------
@@ -300,7 +300,7 @@ def sample_problem(d: int, n, k: int, link_, *, trials: int = 1, device="cpu", d
 
 
 def init_theta(Theta_star, m: int, *, M0=None, Q0=None, generator=None) -> torch.Tensor:
-    """Initial first layer [trials, d, m] (brief §2.6).
+    """Initial first layer [trials, d, m] (chapter 1).
 
     Random (``M0`` None): θ_j ~ N(0, I_d/d). Warm: Θ = Θ_* M0 + Θ_⊥ with Θ_⊥ ⟂ span Θ_*, Θ_⊥ᵀΘ_⊥ ≈ Q0 (default I_m),
     i.e. the DMFT initial condition (M_0, Q_⊥(0,0)).
@@ -325,7 +325,7 @@ def init_theta(Theta_star, m: int, *, M0=None, Q0=None, generator=None) -> torch
 def spectral_direction(Theta_star, link_, n_spec: int, preprocess: Callable, *, iters: int = 300,
                        generator=None) -> torch.Tensor:
     """Leading eigenvector [trials, d] of (1/n) Σ T(y_i) x_i x_iᵀ on an *independent* sample of size ``n_spec``
-    (brief §2.6, §7: sample splitting), by shifted power iteration (matrix-free, two reads of X per iteration)."""
+    (chapter 1; Mondelli–Montanari 2017: sample splitting), by shifted power iteration (matrix-free, two reads of X per iteration)."""
     lk = link(link_)
     trials, d, k = Theta_star.shape
     dev, dt = Theta_star.device, Theta_star.dtype
@@ -370,12 +370,12 @@ def risk_from_overlaps(M, Q, z, xi, y, act="gelu", a=None, b=None, loss="square"
 def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=None, lam: float = 0.0,
            loss="square", M0=None, Q0=None, Theta0=None, keep: Sequence[int] = (), n_test: int = 8192,
            return_theta: bool = False, generator=None) -> dict:
-    """Full-batch GD on the first layer (brief §2.4), batched over trials, for every group (sample size) of ``prob``:
+    """Full-batch GD on the first layer (chapter 1), batched over trials, for every group (sample size) of ``prob``:
 
     Θ^{t+1} = (1 − ηλ) Θ^t − η (1/n) Xᵀ F(XΘ^t; y).
 
     Each step reads X twice (XΘ and XᵀF) and records on the device, without host synchronisation, the observables of
-    brief §2.5. Groups run one after the other, each batched over its trials.
+    chapter 1. Groups run one after the other, each batched over its trials.
 
     Parameters
     ----------
@@ -386,7 +386,7 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
     act, a, b, loss
         As in :func:`per_sample_F`.
     lam : float
-        Ridge λ (brief §2.3).
+        Ridge λ (chapter 1).
     M0, Q0 : array [k, m], array [m, m], optional
         Warm start (:func:`init_theta`); random init θ_j ~ N(0, I_d/d) when both are None.
     Theta0 : tensor [trials, d, m] or list of them (one per group), optional

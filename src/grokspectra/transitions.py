@@ -1,18 +1,18 @@
 """Analysis of phase transitions in finite-d experiments: success curves, finite-size scaling, escape times.
 
 Chapters 4 and 5 turn batches of gradient-descent runs into a few numbers: where the success rate of GD jumps
-(location and width of a transition in δ = n/d), how that location moves with d (log-d corrections, brief
-§7 and §8), when a run leaves its plateau (escape / grokking time, brief §9), how fast the hard overlap grows on
+(location and width of a transition in δ = n/d), how that location moves with d (log-d corrections,
+chapter 4), when a run leaves its plateau (escape / grokking time, chapter 5), how fast the hard overlap grows on
 the plateau, and how the escape time diverges as δ ↓ δ_NN. Everything here is plain numpy/scipy on small arrays
 of per-run summaries; the runs themselves come from :mod:`grokspectra.multiindex`.
 
-Equations (numbers refer to ``shared/briefs/mw_theory.md``):
+Equations (chapters 4 and 5):
 
 * success curve, eq. (logistic): P(success | δ) = 1 / (1 + exp(−(δ − δ_c)/w)), fitted by binomial maximum
   likelihood with Firth's bias reduction (so that perfectly separated data, common with few seeds, still give a
   finite width);
-* finite-size law (§8, Bonnaire et al.): δ_c(d) = δ_c(∞) + c / log d (or + c d^{-1/2});
-* escape time (§9): t_esc = log(m_target / m_0) / log(1 + η|λ_out|) ≈ log d / (2η|λ_out|) for m_0 = d^{-1/2};
+* finite-size law (chapter 4, Bonnaire et al.): δ_c(d) = δ_c(∞) + c / log d (or + c d^{-1/2});
+* escape time (chapter 5): t_esc = log(m_target / m_0) / log(1 + η|λ_out|) ≈ log d / (2η|λ_out|) for m_0 = d^{-1/2};
 * divergence near threshold: t(δ) = A (δ − δ_c)^{−ν}.
 """
 
@@ -197,7 +197,7 @@ def _size_feature(d, form: str):
 
 
 def fit_finite_size(d, value, se=None, *, form: str = "inv_log") -> FiniteSizeFit:
-    """Weighted least-squares fit of δ_c(d) = δ_c(∞) + c · g(d) (chapter 4, eq. ch4-fss; brief §8: log-d
+    """Weighted least-squares fit of δ_c(d) = δ_c(∞) + c · g(d) (chapter 4, eq. ch4-fss; chapter 4: log-d
     finite-size shifts, as in Bonnaire et al.).
 
     Parameters
@@ -262,7 +262,7 @@ def fit_power_law(x, y):
 
 
 def first_crossing(t, y, level, *, direction: str = "up", after=None):
-    """First time each trajectory crosses ``level`` (escape / grokking time, brief §9), linearly interpolated
+    """First time each trajectory crosses ``level`` (escape / grokking time, chapter 5), linearly interpolated
     between recorded steps: t* = t_{i−1} + (level − y_{i−1})/(y_i − y_{i−1}) (t_i − t_{i−1}).
 
     Parameters
@@ -313,8 +313,8 @@ def first_crossing(t, y, level, *, direction: str = "up", after=None):
 
 
 def growth_rate(t, overlap, t_lo: float, t_hi: float):
-    """Per-step exponential growth rate r of |overlap| on [t_lo, t_hi] (brief §9: along a negative-curvature
-    direction GD multiplies the overlap by (1 + η|λ|) per step, so r = log(1 + η|λ|); brief §12.4 for the
+    """Per-step exponential growth rate r of |overlap| on [t_lo, t_hi] (chapter 5: along a negative-curvature
+    direction GD multiplies the overlap by (1 + η|λ|) per step, so r = log(1 + η|λ|); eq. app-lin for the
     linearised DMFT).
 
     Parameters
@@ -342,7 +342,7 @@ def growth_rate(t, overlap, t_lo: float, t_hi: float):
 
 
 def predicted_escape_time(lam, eta: float, m0, m_target: float = 0.5):
-    """Escape time along an unstable Hessian direction (brief §9; chapter 5, eq. ch5-tgrok):
+    """Escape time along an unstable Hessian direction (chapter 5; chapter 5, eq. ch5-tgrok):
     t = log(m_target / m0) / log(1 + η|λ|), ≈ log d / (2η|λ|) when m0 = d^{-1/2} and η|λ| ≪ 1.
 
     Parameters
@@ -391,7 +391,7 @@ class DivergenceFit:
 
 
 def fit_divergence(delta, t, *, delta_c: float | None = None, exponent: float | None = None) -> DivergenceFit:
-    """Fit the divergence of the time to grok, t(δ) = A (δ − δ_c)^{−ν} (chapter 5; brief §9: t → ∞ as
+    """Fit the divergence of the time to grok, t(δ) = A (δ − δ_c)^{−ν} (chapter 5; chapter 5: t → ∞ as
     δ ↓ δ_NN), by least squares in log t (relative errors weigh equally).
 
     Parameters
@@ -599,7 +599,7 @@ def noisy_bisect(crit, lo: float, hi: float, *, rtol: float = 0.05, n0: int, n_m
 
 
 def parse_student(spec: str) -> tuple[str, int, float]:
-    """'quad:1:0.1' → ('quad', 1, 0.1): activation, width m, step size η (brief §2.2, §2.4)."""
+    """'quad:1:0.1' → ('quad', 1, 0.1): activation, width m, step size η (chapter 1)."""
     parts = spec.split(":")
     try:
         act, m, eta = parts[0], int(parts[1]), float(parts[2])
@@ -611,7 +611,7 @@ def parse_student(spec: str) -> tuple[str, int, float]:
 
 
 def hard_cos(M: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
-    """max_j |cos(θ_j, θ_*)| = max_j |M_{1j}| / √Q_jj from the overlaps M [.., 1, m] and Q [.., m, m] (brief §2.5)."""
+    """max_j |cos(θ_j, θ_*)| = max_j |M_{1j}| / √Q_jj from the overlaps M [.., 1, m] and Q [.., m, m] (chapter 1)."""
     q = torch.diagonal(Q, dim1=-2, dim2=-1).clamp_min(1e-30).sqrt()
     return (M[..., 0, :].abs() / q).amax(-1)
 
