@@ -72,17 +72,27 @@ bench: $(STAMP)
 	$(PY) -m grokspectra bench modadd
 
 # One parameterised rerun: make run NB=ch6_repulsion [PROFILE=ci] P="-p seeds 3"
+# Its outputs go to build/runs/<NB>-<id>/ (id: a hash of the resolved parameters, so concurrent reruns with other
+# parameters never collide): <NB>.ipynb, params.yaml (the resolved parameters) and the claims summary <NB>.json
+# (never build/summary, which the book's intro reads). `check` validates the parameters (and the device) first,
+# exactly as papermill will read them. Everything is written under a private partial name and moved into place only on success; a previous
+# output of the same parameters is removed first, so a failed rerun never leaves an older notebook as its result.
 run: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make run NB=<notebook> [PROFILE=ci] [P=\"-p key value ...\"]"; exit 2; }
 	@test -f notebooks/$(NB).md || { echo "no notebook notebooks/$(NB).md; notebooks: $(NOTEBOOKS)"; exit 2; }
-	$(PY) -m grokspectra check $(NB) --profile $(PROFILE) $(P)
-	@mkdir -p build/runs build/ipynb
-	$(PY) -m grokspectra params $(PROFILE) $(NB) > build/runs/$(NB).params.yaml
-	$(BIN)/jupytext --quiet --to ipynb --output build/ipynb/$(NB).ipynb notebooks/$(NB).md
-	$(BIN)/papermill --no-progress-bar -k python3 --cwd notebooks build/ipynb/$(NB).ipynb build/runs/.$(NB).partial.ipynb \
-	  -f build/runs/$(NB).params.yaml $(P) || { rm -f build/runs/.$(NB).partial.ipynb; exit 1; }
-	mv build/runs/.$(NB).partial.ipynb build/runs/$(NB).ipynb
-	@echo "executed notebook: build/runs/$(NB).ipynb"
+	@mkdir -p build/runs; part=build/runs/.partial-$(NB)-$$$$; trap 'rm -rf $$part' EXIT; mkdir -p $$part/summary; \
+	  id=$$($(PY) -m grokspectra check $(NB) --profile $(PROFILE) --id --write-params $$part/params.yaml $(P)) \
+	    || exit 2; \
+	  out=build/runs/$(NB)-$$id; mkdir -p $$out; rm -f $$out/$(NB).ipynb $$out/$(NB).json; \
+	  $(BIN)/jupytext --quiet --to ipynb --output $$part/source.ipynb notebooks/$(NB).md; \
+	  echo "executing $(NB) ($(PROFILE) profile) into $$out/"; \
+	  GROKSPECTRA_SUMMARY_DIR=$(CURDIR)/$$part/summary $(BIN)/papermill --no-progress-bar -k python3 --cwd notebooks \
+	    $$part/source.ipynb $$part/$(NB).ipynb -f $$part/params.yaml $(P) \
+	    || { echo "notebook $(NB) FAILED (see the traceback above); nothing written to $$out/"; exit 1; }; \
+	  mv $$part/params.yaml $$out/params.yaml; \
+	  if test -f $$part/summary/$(NB).json; then mv $$part/summary/$(NB).json $$out/$(NB).json; fi; \
+	  mv $$part/$(NB).ipynb $$out/$(NB).ipynb; \
+	  echo "executed notebook: $$out/$(NB).ipynb"
 
 clean:
 	rm -rf _build build book/generated results/ci results/custom

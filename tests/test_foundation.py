@@ -136,11 +136,6 @@ def test_store_crash_leaves_no_entry(tmp_path):
     assert not list(tmp_path.rglob("*.json"))
 
 
-def test_code_version_tracks_source():
-    v1 = st.code_version("grokspectra.store")
-    assert v1 == st.code_version("grokspectra.store") and v1 != st.code_version("grokspectra.params")
-
-
 # --- command line -------------------------------------------------------------------------------------------
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "grokspectra", *args], capture_output=True, text=True, cwd=REPO)

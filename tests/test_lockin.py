@@ -271,22 +271,25 @@ def test_runs_table_events():
     np.testing.assert_allclose(ev["late"], [np.median(r23[0, 150:301]), 1.0])
 
 
-def test_chapter_experiments_bookkeeping():
-    """The chapter's experiments at toy size: arm layout of the headline (η first, then η = 0, same seeds) and
-    the NaN padding and training-set sizes of the M × p grid."""
+def test_chapter_experiments_bookkeeping(tmp_path):
+    """The chapter's experiments at toy size, assembled from their units: arm layout of the headline (η first,
+    then η = 0, same seeds) and the NaN padding and training-set sizes of the M × p grid."""
     from grokspectra.experiments import ch7
+    from grokspectra.store import Store
 
+    store = Store(tmp_path)
+    run = lambda e, q: e.run({**q, "profile": "toy", "device": "cpu"}, store=store, show=False)  # noqa: E731
     p = {"M": 7, "K": 16, "frac": 0.5, "eta": 2e-4, "seeds": 2, "epochs": 40, "window": 6, "windows": [3, 6],
          "band": 6, "gram_every": 10, "gram_dense": 0}
-    h = ch7.headline.fn(p, torch.device("cpu"))
+    h = run(ch7.headline, p)
     np.testing.assert_array_equal(h["etas"], [2e-4, 2e-4, 0, 0])
     np.testing.assert_array_equal(h["seeds"], [0, 1, 0, 1])
     assert h["eigW6"].shape == (4, 41, 5) and h["eigV"].shape == (4, 41, 5)
     assert np.isnan(h["eigW3"][:, :, 3:]).all()  # a 3-column window has only σ₁…σ₃
     with pytest.raises(ValueError, match="band"):
-        ch7.headline.fn({**p, "windows": [3, 8]}, torch.device("cpu"))
-    g = ch7.grid.fn({"K": 16, "eta": 2e-4, "grid_M": [5, 7], "grid_p": [0.4, 0.6], "grid_seeds": 2,
-                     "grid_epochs": [30, 40], "window": 6, "gram_every": 10, "gram_dense": 0}, torch.device("cpu"))
+        run(ch7.headline, {**p, "windows": [3, 8]})
+    g = run(ch7.grid, {"K": 16, "eta": 2e-4, "grid_M": [5, 7], "grid_p": [0.4, 0.6], "grid_seeds": 2,
+                       "grid_epochs": [30, 40], "window": 6, "gram_every": 10, "gram_dense": 0})
     np.testing.assert_array_equal(g["n"], [[10, 15], [20, 29]])
     assert g["test_acc"].shape == (2, 2, 2, 41)
     assert np.isnan(g["test_acc"][0, :, :, 31:]).all() and np.isfinite(g["test_acc"][0, :, :, :31]).all()

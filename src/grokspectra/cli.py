@@ -4,87 +4,196 @@
     python -m grokspectra run ch6 --profile paper          # every experiment of chapter 6
     python -m grokspectra run ch6.fig3 --profile ci --set seeds=3
     python -m grokspectra run all --profile paper
+    python -m grokspectra run ch7 --profile paper --workers 2        # a local Dask cluster of 2 processes
+    python -m grokspectra run ch7 --profile paper --scheduler tcp://host:8786
+    python -m grokspectra run all --profile paper --dry-run          # units and estimated cost
+    python -m grokspectra status --profile paper                     # units stored / total, time left
     python -m grokspectra params ci ch6_repulsion           # the YAML papermill gets for a notebook
     python -m grokspectra bench modadd --device cuda
     python -m grokspectra pack results-paper.tar.gz         # archive results/paper (to bring back from a GPU)
+    python -m grokspectra check ch1_dmft -p eta 1e-3 -y "ds: [250, 500]"   # validate as papermill will read them
+
+Bad input (an unknown or out-of-range parameter, a malformed profile, an unavailable device, a bad
+$GROKSPECTRA_THREADS) and diverged computations end with one line `error: ...` on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
 import tarfile
+import tempfile
 import time
+from pathlib import Path
 
 import yaml
 
 from . import experiments as ex
-from .params import ParamError, load_profile
-from .store import Store, default_root
+from . import sweep
+from .device import DeviceUnavailable, DivergenceError, SettingError, choose_threads, get_device
+from .params import ParamError, load_profile, parse_value, parse_yaml
+from .store import Store, StoreError, default_root
+
+#: exit status of every input or divergence error (argparse uses the same for a malformed command line)
+EXIT_INPUT = 2
 
 
 def _value(text: str):
-    return yaml.safe_load(text)
+    """A ``--set`` value: papermill's rules for ``-p`` (:func:`grokspectra.params.parse_value`)."""
+    return parse_value(text)
 
 
 def _targets(target: str) -> list[ex.Experiment]:
     ex.load_chapters()
     if target == "all":
-        return list(ex.REGISTRY.values())
+        return [ex.REGISTRY[n] for n in sorted(ex.REGISTRY, key=_order)]
     if target in ex.REGISTRY:
         return [ex.REGISTRY[target]]
-    chosen = [e for n, e in ex.REGISTRY.items() if n.split(".")[0] == target]
+    chosen = [ex.REGISTRY[n] for n in sorted(ex.REGISTRY, key=_order) if n.split(".")[0] == target]
     if not chosen:
         raise SystemExit(f"error: unknown experiment or chapter {target!r}; known: {sorted(ex.REGISTRY)}")
     return chosen
 
 
-def cmd_run(a) -> int:
-    os.environ.setdefault("GROKSPECTRA_PROGRESS", "1")
-    overrides = {}
+def _order(name: str):
+    ch = ex.chapter_names()
+    head = name.split(".")[0]
+    return (ch.index(head) if head in ch else len(ch), name)
+
+
+def _overrides(a) -> dict:
+    """``--set KEY=VALUE`` and ``-p KEY VALUE`` overrides, parsed like papermill's ``-p``."""
+    pairs = []
     for item in a.set or []:
         if "=" not in item:
             raise SystemExit(f"error: --set expects key=value, got {item!r}")
-        k, v = item.split("=", 1)
-        overrides[k] = _value(v)
+        pairs.append(item.split("=", 1))
+    pairs += [list(x) for x in (a.p or [])]
+    out = {}
+    for k, v in pairs:
+        if k in ("profile", "device"):
+            raise SystemExit(f"error: {k!r} cannot be overridden with --set/-p; use --{k}")
+        out[k] = _value(v)
+    return out
+
+
+def _resolve(e: ex.Experiment, a, overrides: dict) -> dict:
+    """The validated parameters of experiment ``e`` for the command line's profile, overrides and device."""
+    try:
+        P = load_profile(a.profile, e.section)
+        P.update({k: v for k, v in overrides.items() if k in e.schema})
+        if a.device:
+            P["device"] = a.device
+        return e.schema.validate(P)
+    except ParamError as err:
+        raise SystemExit(f"error: {e.name}: {err}")
+
+
+def _check_overrides(targets, overrides: dict) -> None:
+    known = set().union(*(set(e.schema.params) for e in targets)) if targets else set()
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise SystemExit(f"error: unknown parameter(s) {unknown} for {[e.name for e in targets]}")
+
+
+def cmd_run(a) -> int:
+    os.environ.setdefault("GROKSPECTRA_PROGRESS", "1")
+    overrides = _overrides(a)
     store = Store(a.store) if a.store else Store()
-    for e in _targets(a.target):
-        mod = ex.chapter(e.name.split(".")[0])
+    targets = _targets(a.target)
+    _check_overrides(targets, overrides)
+    plans = [(e, _resolve(e, a, overrides)) for e in targets]
+    if a.dry_run:
+        return _dry_run(plans, store, a)
+    try:
+        executor = sweep.make_executor(a.workers, a.scheduler)
+    except sweep.SweepError as err:
+        raise SystemExit(f"error: {err}")
+    try:
+        for e, P in plans:
+            t0 = time.perf_counter()
+            r = e.run(P, store=store, force=a.force, executor=executor)
+            print(f"{e.name:22s} {r.meta.get('units', 1):4d} unit(s)  {r.meta['wall_s']:9.1f} s computed, "
+                  f"{time.perf_counter() - t0:8.1f} s now  [{r.meta['profile']} on {r.meta['device']}]", flush=True)
+    except (DivergenceError, StoreError, sweep.SweepError) as err:
+        raise SystemExit(f"error: {err}")
+    finally:
+        executor.close()
+    return 0
+
+
+def _dry_run(plans, store: Store, a) -> int:
+    """List every unit, whether it is stored, and its estimated time (from stored units or a timed probe)."""
+    total_left, unknown = 0.0, 0
+    for e, P in plans:
+        profile = e.profile_for(P)
+        units = e.units(e.params(P))
+        have = [store.load(e.name, u, e.code(), profile) is not None for u in units]
+        rate, how = sweep.estimate_rate(e, store, device=P.get("device", "auto"), time_probe=not a.no_probe)
+        left = sum(e.cost_of(u) * rate for u, h in zip(units, have) if not h)
+        total_left += left if left == left else 0.0
+        unknown += left != left
+        print(f"{e.name} [{profile}]: {sum(have)}/{len(units)} units stored; estimated time left "
+              f"{sweep.fmt_seconds(left)} ({how})")
+        for i, (u, h) in enumerate(zip(units, have)):
+            est = "stored" if h else sweep.fmt_seconds(e.cost_of(u) * rate)
+            print(f"  {i:4d}  {est:>8s}  {sweep.describe(u)}")
+    print(f"estimated time left in all: {sweep.fmt_seconds(total_left)} on this machine's device(s)"
+          + (f", plus {unknown} experiment(s) with no estimate" if unknown else ""))
+    return 0
+
+
+def cmd_status(a) -> int:
+    """Per experiment: units stored / total, whether the assembled result is current, partial, stale or missing,
+    and the estimated CPU time left (from the stored units' own timings)."""
+    store = Store(a.store) if a.store else Store()
+    ex.load_chapters()
+    rows = []
+    total_left, unknown = 0.0, 0
+    for name in sorted(ex.REGISTRY, key=_order):
+        e = ex.REGISTRY[name]
         try:
-            P = load_profile(a.profile, e.section)
-            P.update({k: v for k, v in overrides.items()})
-            if a.device:
-                P["device"] = a.device
-            P = mod.SCHEMA.validate(P)
+            P = e.schema.validate(load_profile(a.profile, e.section))
         except ParamError as err:
-            raise SystemExit(f"error: {e.name}: {err}")
-        t0 = time.perf_counter()
-        r = e.run(P, store=store, force=a.force)
-        print(f"{e.name:28s} {r.meta['key']}  {r.meta['wall_s']:8.1f} s computed, {time.perf_counter() - t0:8.1f} s now"
-              f"  [{r.meta['profile']} on {r.meta['device']}]", flush=True)
+            rows.append((name, "-", "no parameters", str(err)[:60]))
+            continue
+        prof = e.profile_for(P)
+        units = e.units(e.params(P))
+        n = sum(store.load(e.name, u, e.code(), prof) is not None for u in units)
+        stale = any(m.get("code") != e.code() for m in store.metas(e.name, prof))
+        state = "current" if n == len(units) else "partial" if n else "stale" if stale else "missing"
+        rate, _ = sweep.estimate_rate(e, store, time_probe=False)
+        left = sum(e.cost_of(u) for u in units) * rate * (1 - n / max(len(units), 1)) if n < len(units) else 0.0
+        total_left += left if left == left else 0.0
+        unknown += left != left
+        rows.append((name, f"{n}/{len(units)}", state, sweep.fmt_seconds(left) if n < len(units) else "0"))
+    print(f"profile {a.profile} in {store.root}")
+    print(f"{'experiment':22s} {'units':>9s}  {'result':8s}  est. time left")
+    for r in rows:
+        print(f"{r[0]:22s} {r[1]:>9s}  {r[2]:8s}  {r[3]}")
+    print(f"estimated time left in all: {sweep.fmt_seconds(total_left)}"
+          + (f", plus {unknown} experiment(s) with no stored unit to time ('?'; see run --dry-run)" if unknown else ""))
     return 0
 
 
 def cmd_list(a) -> int:
     ex.load_chapters()
-    for n, e in sorted(ex.REGISTRY.items()):
-        print(f"{n:28s} notebook {e.section:22s} keys {', '.join(e.keys)}")
+    for n in sorted(ex.REGISTRY, key=_order):
+        e = ex.REGISTRY[n]
+        print(f"{n:22s} notebook {e.section:20s} keys {', '.join(e.keys)}")
     return 0
 
 
 def cmd_params(a) -> int:
-    try:
-        P = load_profile(a.profile, a.section)
-    except ParamError as err:
-        raise SystemExit(f"error: {err}")
+    P = load_profile(a.profile, a.section)
     sys.stdout.write(yaml.safe_dump(P, sort_keys=True))
     return 0
 
 
 def cmd_bench(a) -> int:
-    ex.load_chapters()
     benches = {}
     for ch in ex.load_chapters():
         benches.update(getattr(ex.chapter(ch), "BENCHMARKS", {}))
@@ -97,45 +206,105 @@ def cmd_bench(a) -> int:
 
 def chapter_of(section: str):
     """The chapter module whose notebook is ``section`` (e.g. ``ch6_repulsion`` → ``experiments.ch6``)."""
-    for ch in ex.load_chapters():
-        mod = ex.chapter(ch)
-        if getattr(mod, "SECTION", None) == section:
-            return mod
-    raise SystemExit(f"error: no chapter module declares notebook {section!r}")
+    try:
+        return ex.by_section(section)
+    except ParamError as err:
+        raise SystemExit(f"error: {err}")
+
+
+def resolved_params(section: str, profile: str, yamls=(), ps=(), raws=()) -> dict:
+    """A notebook's parameters exactly as papermill will inject them: the profile's section (papermill's ``-f``),
+    then every ``-y`` YAML mapping, then every ``-p NAME VALUE`` (:func:`~grokspectra.params.parse_value`), then
+    every ``-r NAME VALUE`` (raw text), in papermill's order; validated by the notebook's schema, and the device
+    checked to exist on this machine. Raises :class:`ParamError` naming the parameter."""
+    mod = chapter_of(section)
+    try:
+        P = load_profile(profile, section)
+        for text in yamls:
+            P.update(parse_yaml(text, f"-y {text!r}"))
+        for name, value in ps:
+            P[name] = parse_value(value)
+        for name, value in raws:
+            P[name] = value
+        P = mod.SCHEMA.validate(P)
+        if "device" in P:
+            try:
+                get_device(P["device"])
+            except DeviceUnavailable as err:
+                raise ParamError(f"parameter 'device' = {P['device']!r}: {err}") from None
+    except ParamError as err:
+        raise ParamError(f"notebook {section}: {err}") from None
+    return P
+
+
+def params_id(P: dict) -> str:
+    """A short hash of resolved parameters: names a rerun's outputs (``build/runs/<notebook>-<id>/``)."""
+    text = json.dumps(P, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 def cmd_check(a) -> int:
-    """Validate a profile's parameters plus papermill-style ``-p name value`` overrides before running."""
-    mod = chapter_of(a.section)
-    try:
-        P = load_profile(a.profile, a.section)
-        for name, value in a.p or []:
-            P[name] = _value(value)
-        mod.SCHEMA.validate(P)
-    except ParamError as err:
-        raise SystemExit(f"error: notebook {a.section}: {err}")
+    """Validate a profile's parameters plus papermill-style overrides before running; ``--id`` prints the short
+    hash of the resolved parameters (``make run`` names its outputs by it)."""
+    P = resolved_params(a.section, a.profile, a.y or [], a.p or [], a.r or [])
+    if a.write_params:
+        Path(a.write_params).write_text(yaml.safe_dump(P, sort_keys=True))
+    if a.id:
+        print(params_id(P))
     return 0
 
 
 def cmd_pack(a) -> int:
-    root = default_root() / a.profile
-    with tarfile.open(a.out, "w:gz") as tar:
-        tar.add(root, arcname=f"results/{a.profile}")
-    print(f"packed {root} into {a.out}")
+    """Archive ``<store>/<profile>`` atomically (a temporary file renamed on success); leftover temporary files of
+    interrupted writes (``*.tmp``) are never packed."""
+    store = default_root()
+    have = sorted(p.name for p in store.iterdir() if p.is_dir()) if store.is_dir() else []
+    if Path(a.profile).name != a.profile or a.profile.startswith(".") or a.profile not in have:
+        raise ParamError(f"pack: no results for profile {a.profile!r} in {store}; profiles with results: {have}")
+    root = store / a.profile
+    out = Path(a.out)
+    if not out.parent.is_dir():
+        raise ParamError(f"pack: the folder of {str(out)!r} does not exist")
+
+    def keep(info: tarfile.TarInfo):
+        return None if info.name.endswith(".tmp") else info
+
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            tar.add(root, arcname=f"results/{a.profile}", filter=keep)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    print(f"packed {root} into {out}")
     return 0
 
 
-def _threads() -> None:
-    """``$GROKSPECTRA_THREADS`` sets torch's CPU thread count (useful on a shared or small machine)."""
-    n = os.environ.get("GROKSPECTRA_THREADS")
-    if n:
-        import torch
-
-        torch.set_num_threads(max(1, int(n)))
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def main(argv=None) -> int:
-    _threads()
+    """Run a command; input errors and diverged computations become one line ``error: ...`` on stderr and exit
+    status 2 (nothing is written: each is raised before or instead of a store write)."""
+    try:
+        return _main(argv)
+    except (ParamError, SettingError, DeviceUnavailable, DivergenceError, StoreError, sweep.SweepError) as err:
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_INPUT
+    except SystemExit as err:
+        if isinstance(err.code, str):  # raise SystemExit("error: ...") inside a command
+            msg = _one_line(err.code)
+            print(msg if msg.startswith("error:") else f"error: {msg}", file=sys.stderr)
+            return EXIT_INPUT
+        raise
+
+
+def _main(argv=None) -> int:
+    choose_threads()
     p = argparse.ArgumentParser(prog="python -m grokspectra", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -145,8 +314,19 @@ def main(argv=None) -> int:
     r.add_argument("--device", default=None, help="auto, cpu, cuda (default: the profile's)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a parameter")
     r.add_argument("--force", action="store_true", help="recompute even when the store has the result")
+    r.add_argument("-p", nargs=2, action="append", metavar=("NAME", "VALUE"), help="override, as papermill's -p")
     r.add_argument("--store", default=None, help="store root (default results/ or $GROKSPECTRA_STORE)")
+    r.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="compute units on a local Dask cluster of N worker processes (one torch thread each)")
+    r.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="compute units on an existing Dask cluster (e.g. tcp://host:8786)")
+    r.add_argument("--dry-run", action="store_true", help="list the units and estimate their cost; compute nothing")
+    r.add_argument("--no-probe", action="store_true", help="with --dry-run: do not time a probe unit")
     r.set_defaults(fn=cmd_run)
+    st = sub.add_parser("status", help="units stored / total and time left, per experiment of a profile")
+    st.add_argument("--profile", default="paper")
+    st.add_argument("--store", default=None)
+    st.set_defaults(fn=cmd_status)
     l_ = sub.add_parser("list", help="list experiments")
     l_.set_defaults(fn=cmd_list)
     q = sub.add_parser("params", help="print a notebook's parameters from a profile")
@@ -161,7 +341,12 @@ def main(argv=None) -> int:
     c = sub.add_parser("check", help="validate a notebook's parameters (profile + -p overrides)")
     c.add_argument("section")
     c.add_argument("--profile", default="ci")
-    c.add_argument("-p", nargs=2, action="append", metavar=("NAME", "VALUE"))
+    c.add_argument("-p", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="a parameter, read as papermill reads -p (True/False/None, int, float, else text)")
+    c.add_argument("-y", action="append", metavar="YAML", help="parameters as a YAML mapping (papermill's -y)")
+    c.add_argument("-r", nargs=2, action="append", metavar=("NAME", "VALUE"), help="a raw text parameter")
+    c.add_argument("--id", action="store_true", help="print the short hash of the resolved parameters")
+    c.add_argument("--write-params", metavar="FILE", help="write the resolved parameters as YAML (papermill's -f)")
     c.set_defaults(fn=cmd_check)
     k = sub.add_parser("pack", help="archive a profile's results")
     k.add_argument("out")

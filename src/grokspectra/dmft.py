@@ -1,7 +1,7 @@
-"""Discrete-time DMFT for O(1) steps of full-batch GD on the first layer (eq. app-dmft).
+"""Discrete-time DMFT for O(1) steps of full-batch GD on the first layer (book chapter 1, ``eq-ch1-sample``–``eq-ch1-M``).
 
-The equations are the book's reconstruction (appendix, eq. app-dmft); chapter 1 validates them against
-finite-d GD. Notation, all kernels m×m, t, s integer steps:
+Chapter 1 states these equations and validates them against GD ("DMFT against gradient descent"). Its
+notation, all kernels m×m, t, s integer steps:
 
 * sample side (Monte Carlo over N paths): u^t = zM_t + w^t + Σ_{s<t} F^s R_θ(t,s)ᵀ, F^t = F(u^t; y),
   w a centred Gaussian process with covariance Q_⊥(t,s); response χ(t,t) = D(u^t; y),
@@ -13,19 +13,23 @@ finite-d GD. Notation, all kernels m×m, t, s integer steps:
 * signal: M_{t+1} = (1−ηλ)M_t − η E[z F^tᵀ]; Q_t = M_tᵀM_t + Q_⊥(t,t).
 
 ``memory=False`` drops the Onsager/reaction terms (R_θ in the sample process and R_F on the parameter side), keeping
-the noise propagation through B — the "naive" closure chapter 1 shows to be wrong.
+the noise propagation through B — the "naive" closure chapter 1 shows to be wrong ("Why the memory terms matter").
 """
 
 from __future__ import annotations
 
 import torch
 
+from .device import DivergenceError, check_steps
 from .multiindex import (fresh_latents, link as make_link, make_generator, per_sample_F_and_loss, per_sample_FLD,
                          risk_from_overlaps)
 
 
-class DMFTError(RuntimeError):
+class DMFTError(DivergenceError, RuntimeError):
     """The DMFT recursion broke down (a covariance lost positive definiteness or a value became non-finite)."""
+
+
+CHECK_EVERY = 25  # steps between checks of the recorded overlaps and risks for divergence
 
 
 def _cholesky(C: torch.Tensor, t: int) -> torch.Tensor:
@@ -43,7 +47,7 @@ def _cholesky(C: torch.Tensor, t: int) -> torch.Tensor:
 def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int | None = None, *, M0=None, Q0=None,
              a=None, b=None, lam: float = 0.0, loss="square", memory: bool = True, antithetic: bool = True,
              keep=(), n_test: int | None = None, device="cpu", dtype=torch.float64, generator=None) -> dict:
-    """Run the DMFT algorithm of eq. app-dmft for t = 0 … T with N Monte Carlo paths.
+    """Run the DMFT recursion of chapter 1 for t = 0 … T with N Monte Carlo paths.
 
     Parameters
     ----------
@@ -52,7 +56,7 @@ def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int
     T, N, m, k : steps, paths (even when ``antithetic``), width, latent dimension (default the link's).
     M0 : [k, m] initial overlap (default 0: random init); Q0 : Q_⊥(0,0) (default I_m).
     memory : keep the memory (Onsager) terms. antithetic : pair the paths (z, ξ) and (z with its hard coordinates
-        flipped, ξ) (eq. app-dmft); with a hard row of M0 equal to 0 the hard overlap then stays exactly 0.
+        flipped, ξ) (chapter 1, "Easy and hard directions"); with a hard row of M0 equal to 0 the hard overlap then stays exactly 0.
     keep : steps t whose sample-side law is returned.
 
     Returns
@@ -61,7 +65,11 @@ def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int
     over paths, memory included), ``test`` [T+1] (E L(u; y), u = zM_t + N(0, Q_⊥(t,t)), no memory), the kernels
     ``C_F``, ``R_F``, ``R_theta`` [T+1,T+1,m,m] (R_theta[t,s] = B_{t,s}), and for each t in ``keep``:
     ``law[t] = {"z": [N,k], "y": [N], "u": [N,m]}`` (also ``z``, ``y``, ``u[t]``), from which the Hessian weight law
-    is G_t = per_sample_D(u, y, act, a, b) and the hard coordinates are ζ = z[:, link.hard] (eq. app-weights).
+    is G_t = per_sample_D(u, y, act, a, b) and the hard coordinates are ζ = z[:, link.hard] (chapters 2–3).
+
+    Raises :class:`DMFTError` (a ``grokspectra.device.DivergenceError``) naming the step where a covariance lost
+    positive definiteness or F became non-finite, and ``DivergenceError`` naming the first step where M or a risk
+    became NaN, infinite or larger than 1e30 (checked every :data:`CHECK_EVERY` steps and at the end).
     """
     lk = make_link(link)
     k = lk.k if k is None else k
@@ -118,6 +126,7 @@ def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int
     train = torch.zeros(T + 1, **K64)
     test = torch.zeros(T + 1, **K64)
     out_u = {}
+    c0 = 0  # first step not yet checked for divergence
 
     for t in range(T + 1):
         # 1. w^t = block-row t of chol(Q_⊥[0..t, 0..t]) applied to (ξ^0 … ξ^t)
@@ -152,6 +161,11 @@ def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int
         train[t] = Lval.double().mean()
         test[t] = risk_from_overlaps(M[t].to(dtype), (M[t].T @ M[t] + Qtt).to(dtype), z_te, xi_te, y_te,
                                      act, a, b, loss).double()
+        if t % CHECK_EVERY == CHECK_EVERY - 1 or t == T:
+            check_steps(f"DMFT (δ = {delta:g}, η = {eta:g}, N = {N}, memory = {memory})", c0,
+                        {"M": M[c0:t + 1], "train risk": train[c0:t + 1], "test risk": test[c0:t + 1]},
+                        hint="the step size is too large for this δ (reduce eta)")
+            c0 = t + 1
         if t in keep:
             out_u[t] = u
         if t == T:

@@ -1,6 +1,6 @@
 """The exact Hessian of the empirical risk in the first layer, matrix-free and dense, and its lowest eigenpairs.
 
-The Hessian of the appendix (eq. app-weights): with vec(Θ) ordered neuron-major, index (j, r) ↦ j·d + r,
+Book ``eq-ch2-hessian`` (chapter 2): with vec(Θ) ordered neuron-major, index (j, r) ↦ j·d + r,
 
     H = ∇²_Θ R̂(Θ) = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λ I,   D_i = D(Θᵀx_i; y_i) = ∇²_u L   (multiindex.per_sample_D).
 
@@ -13,16 +13,26 @@ import numpy as np
 import scipy.sparse.linalg as sla
 import torch
 
+from .device import DivergenceError
 from .multiindex import per_sample_D
 
 
-class EigenConvergenceError(RuntimeError):
-    """The iterative eigensolver did not reach the requested residual."""
+class EigenConvergenceError(DivergenceError, RuntimeError):
+    """The iterative eigensolver did not reach the requested residual (a ``grokspectra.device.DivergenceError``,
+    so an experiment reports it with its name and parameters)."""
 
     def __init__(self, method: str, iterations: int, residual: float, tol: float):
         self.method, self.iterations, self.residual, self.tol = method, iterations, residual, tol
         super().__init__(f"{method} did not converge: relative residual {residual:.3e} > tol {tol:.1e} after "
                          f"{iterations} iterations (raise maxiter, loosen tol, or use method='dense' when md is small)")
+
+
+def _finite(what: str, t: torch.Tensor) -> None:
+    """Refuse non-finite input to an eigensolver (its output would be meaningless): raise ``DivergenceError``."""
+    bad = int((~torch.isfinite(t)).sum())
+    if bad:
+        raise DivergenceError(f"Hessian eigensolver: {what} holds {bad} non-finite value(s) of {t.numel()} "
+                              f"(the run that produced Θ diverged)")
 
 
 def vec_to_mat(v: torch.Tensor, d: int, m: int) -> torch.Tensor:
@@ -36,12 +46,12 @@ def mat_to_vec(V: torch.Tensor) -> torch.Tensor:
 
 
 def hessian_weights(Theta, X, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
-    """D_i = ∇²_u L(Θᵀx_i; y_i), [..., n, m, m] (eq. app-weights: the empirical Hessian weights, law → G_t)."""
+    """D_i = ∇²_u L(Θᵀx_i; y_i), [..., n, m, m] (chapter 2: the empirical Hessian weights, whose law → G_t)."""
     return per_sample_D(X @ Theta, y, act, a, b, loss)
 
 
 def hessian_matvec(Theta, X, y, act, a, b, v, *, lam: float = 0.0, loss="square", D=None) -> torch.Tensor:
-    """Matrix-free Hessian-vector product (eq. app-weights), H = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λI, computed as
+    """Matrix-free Hessian-vector product (``eq-ch2-hessian``), H = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λI, computed as
 
     HV = (1/n) Xᵀ [ (D_i (XV)_i)_i ] + λV   (two reads of X, no md×md matrix).
 
@@ -75,7 +85,7 @@ def hessian_matvec(Theta, X, y, act, a, b, v, *, lam: float = 0.0, loss="square"
 
 
 def hessian_dense(Theta, X, y, act="gelu", a=None, b=None, *, lam: float = 0.0, loss="square") -> torch.Tensor:
-    """The dense Hessian of eq. app-weights, H = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λI, with blocks
+    """The dense Hessian of ``eq-ch2-hessian``, H = (1/n) Σ_i D_i ⊗ x_i x_iᵀ + λI, with blocks
     H[(j,·),(l,·)] = (1/n) Xᵀ diag(D_i[j,l]) X.
 
     Parameters are those of :func:`hessian_matvec` (without ``v``). Returns a tensor [.., m·d, m·d] (neuron-major);
@@ -100,8 +110,10 @@ def lowest_eigpairs(Theta, X, y, act="gelu", a=None, b=None, *, k: int = 1, meth
     Lanczos): scipy solvers driving the matrix-free :func:`hessian_matvec` in float64 on Theta's device, for one problem
     (no leading dims). Raises :class:`EigenConvergenceError` when the relative residual ‖Hv − λv‖/‖H‖ exceeds ``tol``.
     """
+    _finite("Θ", Theta)
     if method == "dense":
         H = hessian_dense(Theta, X, y, act, a, b, lam=lam, loss=loss)
+        _finite("the dense Hessian H", H)
         w, V = torch.linalg.eigh(H)
         return w[..., :k], V[..., :k]
     if method not in ("lobpcg", "lanczos"):
@@ -112,6 +124,7 @@ def lowest_eigpairs(Theta, X, y, act="gelu", a=None, b=None, *, k: int = 1, meth
     dev = Theta.device
     Th, X64, y64 = Theta.double(), X.double(), y.double()
     D = hessian_weights(Th, X64, y64, act, a, b, loss)
+    _finite("the Hessian weights D_i", D)
 
     def mv(V):
         V = np.asarray(V, dtype=np.float64)
@@ -148,7 +161,7 @@ def lowest_eigpairs(Theta, X, y, act="gelu", a=None, b=None, *, k: int = 1, meth
 
 
 def overlap_with(v: torch.Tensor, Theta_star: torch.Tensor) -> torch.Tensor:
-    """‖(P ⊗ I_m) v‖² / ‖v‖² with P the projector on span(Θ_*): the weight of v on span(Θ_*) ⊗ R^m (eq. app-overlap).
+    """‖(P ⊗ I_m) v‖² / ‖v‖² with P the projector on span(Θ_*): the weight of v on span(Θ_*) ⊗ R^m (``eq-ch3-overlap``).
 
     ``v`` [..., m·d], neuron-major vectors (for the output of :func:`lowest_eigpairs` pass ``evecs.T``);
     ``Theta_star`` [d, k] with orthonormal columns (pass Θ_* U_H for the hard directions). Returns [...].

@@ -28,6 +28,7 @@ from typing import Sequence
 import torch
 
 from . import progress
+from .device import DivergenceError
 
 ACTIVATIONS = ("x2", "relu", "gelu", "silu")
 ADAM_BETAS = (0.9, 0.999)
@@ -283,6 +284,21 @@ def train(M: int, K: int, n_train: int, act, etas: Sequence[float], seeds: Seque
     return out
 
 
+FINITE_EVERY = 50  # epochs between divergence checks (each is one host sync)
+
+
+def _check_losses(loss: torch.Tensor, t: int, act, etas, seeds) -> None:
+    """Raise :class:`~grokspectra.device.DivergenceError` naming the first epoch ≤ ``t`` whose training loss is
+    not finite, and the run (seed, η) it happened in."""
+    seen = loss[:, :t + 1]
+    bad = ~torch.isfinite(seen)
+    if bool(bad.any()):
+        r, e = (int(i) for i in bad.nonzero()[0])
+        first = int(bad.any(0).nonzero()[0])
+        raise DivergenceError(f"modadd {act} training diverged at epoch {first} (first in run {r}: seed {seeds[r]}, "
+                              f"eta {etas[r]:g}, epoch {e})")
+
+
 def _train_chunk(M, K, n, act, etas, seeds, epochs, *, lr, device, dtype, gram_every, gram_dense, band, keep,
                  show) -> dict[str, torch.Tensor]:
     R, M2, P = len(seeds), M * M, 2 * M * K
@@ -373,6 +389,8 @@ def _train_chunk(M, K, n, act, etas, seeds, epochs, *, lr, device, dtype, gram_e
             glog["gf_norm"][:, j] = gf
             for k_, v_ in st.items():
                 glog[k_][:, j] = v_
+        if t % FINITE_EVERY == 0 or t == epochs:
+            _check_losses(log["train_loss"], t, act, etas, seeds)
         if t == epochs:
             break
         # ---- backward on the n training pairs: dL/dO = 2(o_c − (e_y − 𝟙/M)) / n ----

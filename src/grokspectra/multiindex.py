@@ -1,11 +1,11 @@
 """Multi-index data, two-layer networks and batched full-batch gradient descent.
 
-Conventions of the book (chapter 1 and the appendix; the paper's own normalisations are not public):
+Conventions of the book's chapter 1 (equations ``eq-ch1-data`` and ``eq-ch1-gd``):
 
-* data x ~ N(0, I_d), latent z = Θ_*ᵀx ∈ R^k with Θ_*ᵀΘ_* = I_k, label y = φ(z) (+ noise) (chapter 1);
-* network f(x) = (1/m) Σ_j a_j σ(θ_jᵀx + b_j), first layer Θ = [θ_1 … θ_m] ∈ R^{d×m} trained, a, b fixed (chapter 1);
-* per-sample loss L(u; y) = ℓ(y, f(u)) of the pre-activations u = Θᵀx; F = ∇_u L, D = ∇²_u L (chapter 1);
-* GD Θ ← (1 − ηλ) Θ − η (1/n) Xᵀ F(XΘ; y) (chapter 1); observables M = Θ_*ᵀΘ, Q = ΘᵀΘ, train and test risk (chapter 1).
+* data x ~ N(0, I_d), latent z = Θ_*ᵀx ∈ R^k with Θ_*ᵀΘ_* = I_k, label y = φ(z) (+ noise) (``eq-ch1-data``);
+* network f(x) = (1/m) Σ_j a_j σ(θ_jᵀx + b_j), first layer Θ = [θ_1 … θ_m] ∈ R^{d×m} trained, a, b fixed (``eq-ch1-gd``);
+* per-sample loss L(u; y) = ℓ(y, f(u)) of the pre-activations u = Θᵀx; F = ∇_u L, D = ∇²_u L;
+* GD Θ ← (1 − ηλ) Θ − η (1/n) Xᵀ F(XΘ; y) (``eq-ch1-gd``); observables M = Θ_*ᵀΘ, Q = ΘᵀΘ, train and test risk.
 
 Everything is batched: a leading ``trials`` dimension, and groups of different sample sizes n (one per δ).
 """
@@ -17,6 +17,8 @@ import math
 from typing import Callable, Sequence
 
 import torch
+
+from .device import check_finite, check_steps
 
 SQRT2 = math.sqrt(2.0)
 INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -45,7 +47,7 @@ def _tanh2(u):
 
 
 ACTIVATIONS: dict[str, tuple[Callable, Callable, Callable]] = {
-    # GeLU σ = uΦ(u), σ' = Φ + uϕ, σ'' = ϕ(2 − u²)  (chapter 1)
+    # GeLU σ = uΦ(u), σ' = Φ + uϕ, σ'' = ϕ(2 − u²)  (Hendrycks–Gimpel, arXiv:1606.08415)
     "gelu": (_gelu, _gelu1, _gelu2),
     # Quad σ = u²
     "quad": (lambda u: u * u, lambda u: 2.0 * u, lambda u: torch.full_like(u, 2.0)),
@@ -74,7 +76,7 @@ def _logcosh(r):
 LOSSES: dict[str, tuple[Callable, Callable, Callable]] = {
     # ℓ(r), ℓ'(r), ℓ''(r) of the residual r = f − y
     "square": (lambda r: 0.5 * r * r, lambda r: r, torch.ones_like),
-    # bounded ℓ' (chapter 4: avoids the unbounded Hessian weights of chapter 2)
+    # bounded ℓ' (avoids the unbounded Hessian weights of chapter 2, "The caveat of unbounded labels")
     "logcosh": (_logcosh, torch.tanh, lambda r: 1.0 - torch.tanh(r) ** 2),
 }
 
@@ -91,7 +93,7 @@ def _loss(name):
 class Link:
     """A link y = φ(z) + noise·ε on the latent z ∈ R^k.
 
-    ``hard`` lists the latent coordinates the label is even in given the others (chapter 1: E[z_H | y, z_E] = 0);
+    ``hard`` lists the latent coordinates the label is even in given the others (chapter 1, "Easy and hard directions": E[z_H | y, z_E] = 0);
     the DMFT flips exactly these for antithetic sampling.
     """
 
@@ -139,7 +141,7 @@ def link(name, *, c: float | None = None, k: int | None = None, hard: Sequence[i
     return Link(name, fn, kk, hh if hard is None else tuple(hard), noise)
 
 
-# --- per-sample loss, F = ∇_u L and D = ∇²_u L (chapter 1) -------------------------------------------------------
+# --- per-sample loss, F = ∇_u L and D = ∇²_u L (eq-ch1-gd) ---------------------------------------------------------
 def _parts(u, y, act, a, b, loss):
     s0, s1, s2 = activation(act)
     m = u.shape[-1]
@@ -152,14 +154,14 @@ def _parts(u, y, act, a, b, loss):
 
 
 def per_sample_loss(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
-    """L(u; y) = ℓ(f(u) − y) with f(u) = (1/m) Σ_j a_j σ(u_j + b_j) (chapter 1). ``u`` [..., m], ``y`` [...]."""
+    """L(u; y) = ℓ(f(u) − y) with f(u) = (1/m) Σ_j a_j σ(u_j + b_j) (``eq-ch1-gd``). ``u`` [..., m], ``y`` [...]."""
     _, _, _, r, (l0, _, _), _ = _parts(u, y, act, a, b, loss)
     return l0(r)
 
 
 def per_sample_F(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
     """Per-sample gradient in the pre-activations, F(u; y) = ∇_u L = ℓ'(f − y) g with g_j = a_j σ'(u_j + b_j)/m
-    (chapter 1; for the square loss ℓ' = f − y).
+    (``eq-ch1-gd``; for the square loss ℓ' = f − y).
 
     Parameters
     ----------
@@ -198,7 +200,7 @@ def per_sample_FLD(u, y, act="gelu", a=None, b=None, loss="square"):
 
 
 def per_sample_D(u, y, act="gelu", a=None, b=None, loss="square") -> torch.Tensor:
-    """Per-sample Hessian in the pre-activations (chapter 1, the Hessian weight of eq. app-weights),
+    """Per-sample Hessian in the pre-activations (the Hessian weight of ``eq-ch2-hessian``),
 
     D(u; y) = ∇²_u L = ℓ''(f − y) g gᵀ + ℓ'(f − y) diag(a_j σ''(u_j + b_j)/m),  g_j = a_j σ'(u_j + b_j)/m.
 
@@ -262,7 +264,7 @@ def random_orthonormal(trials, d, k, *, device, dtype, generator) -> torch.Tenso
 
 def sample_problem(d: int, n, k: int, link_, *, trials: int = 1, device="cpu", dtype=torch.float32,
                    generator=None) -> Problem:
-    """Draw the training data of chapter 1: x_i ~ N(0, I_d), Θ_* uniform with orthonormal columns, y_i = φ(Θ_*ᵀx_i).
+    """Draw the training data of ``eq-ch1-data``: x_i ~ N(0, I_d), Θ_* uniform with orthonormal columns, y_i = φ(Θ_*ᵀx_i).
 
     Parameters
     ----------
@@ -300,7 +302,7 @@ def sample_problem(d: int, n, k: int, link_, *, trials: int = 1, device="cpu", d
 
 
 def init_theta(Theta_star, m: int, *, M0=None, Q0=None, generator=None) -> torch.Tensor:
-    """Initial first layer [trials, d, m] (chapter 1).
+    """Initial first layer [trials, d, m] (chapter 1: random or warm start).
 
     Random (``M0`` None): θ_j ~ N(0, I_d/d). Warm: Θ = Θ_* M0 + Θ_⊥ with Θ_⊥ ⟂ span Θ_*, Θ_⊥ᵀΘ_⊥ ≈ Q0 (default I_m),
     i.e. the DMFT initial condition (M_0, Q_⊥(0,0)).
@@ -325,7 +327,7 @@ def init_theta(Theta_star, m: int, *, M0=None, Q0=None, generator=None) -> torch
 def spectral_direction(Theta_star, link_, n_spec: int, preprocess: Callable, *, iters: int = 300,
                        generator=None) -> torch.Tensor:
     """Leading eigenvector [trials, d] of (1/n) Σ T(y_i) x_i x_iᵀ on an *independent* sample of size ``n_spec``
-    (chapter 1; Mondelli–Montanari 2017: sample splitting), by shifted power iteration (matrix-free, two reads of X per iteration)."""
+    (sample splitting, as for the spectral initialisations of chapter 4), by shifted power iteration (matrix-free, two reads of X per iteration)."""
     lk = link(link_)
     trials, d, k = Theta_star.shape
     dev, dt = Theta_star.device, Theta_star.dtype
@@ -340,10 +342,14 @@ def spectral_direction(Theta_star, link_, n_spec: int, preprocess: Callable, *, 
         w = ((X @ v[..., None]).squeeze(-1) * Tn)[..., None]
         v = (X.transpose(1, 2) @ w).squeeze(-1) / n_spec + shift * v
         v = v / v.norm(dim=-1, keepdim=True)
+    check_finite("spectral initialisation (power iteration)", iters, v)
     return v
 
 
 # --- gradient descent ---------------------------------------------------------------------------------------------
+CHECK_EVERY = 50  # steps between divergence checks (each is one host synchronisation)
+
+
 def fresh_latents(k: int, m: int, n_test: int, link_, *, device, dtype, generator, batch: tuple = ()):
     """Fresh test samples in the (k + m)-dimensional latent space: (z [*batch, n_test, k], ξ [*batch, n_test, m],
     y [*batch, n_test]). For x ~ N(0, I_d) the pair (Θ_*ᵀx, Θᵀx) is exactly Gaussian with covariance
@@ -370,7 +376,7 @@ def risk_from_overlaps(M, Q, z, xi, y, act="gelu", a=None, b=None, loss="square"
 def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=None, lam: float = 0.0,
            loss="square", M0=None, Q0=None, Theta0=None, keep: Sequence[int] = (), n_test: int = 8192,
            return_theta: bool = False, generator=None) -> dict:
-    """Full-batch GD on the first layer (chapter 1), batched over trials, for every group (sample size) of ``prob``:
+    """Full-batch GD on the first layer (``eq-ch1-gd``), batched over trials, for every group (sample size) of ``prob``:
 
     Θ^{t+1} = (1 − ηλ) Θ^t − η (1/n) Xᵀ F(XΘ^t; y).
 
@@ -386,7 +392,7 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
     act, a, b, loss
         As in :func:`per_sample_F`.
     lam : float
-        Ridge λ (chapter 1).
+        Ridge λ (``eq-ch1-gd``).
     M0, Q0 : array [k, m], array [m, m], optional
         Warm start (:func:`init_theta`); random init θ_j ~ N(0, I_d/d) when both are None.
     Theta0 : tensor [trials, d, m] or list of them (one per group), optional
@@ -404,6 +410,12 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
         ``M`` [.., T+1, k, m] = Θ_*ᵀΘ^t, ``Q`` [.., T+1, m, m] = Θ^tᵀΘ^t, ``train`` [.., T+1] = (1/n) Σ_i L(u_i^t; y_i)
         (without the ridge term), ``test`` [.., T+1] (fresh data), ``theta`` {t: Θ^t}. Leading dims are [trials] for a
         single n, else [groups, trials] (and ``theta[t]`` is then a list over groups).
+
+    Raises
+    ------
+    grokspectra.device.DivergenceError
+        When the train risk or ΘᵀΘ becomes NaN, infinite or larger than 1e30, naming the first such step (checked
+        every :data:`CHECK_EVERY` steps and at the end).
     """
     if T < 0 or eta <= 0:
         raise ValueError(f"need T >= 0 and eta > 0; got T={T}, eta={eta}")
@@ -430,6 +442,7 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
         Tt = Ts.transpose(1, 2)
         Xt = X.transpose(1, 2)
         kept = {}
+        c0 = 0  # first step not yet checked for divergence
         for t in range(T + 1):
             Ms[:, t] = Tt @ Th
             Qs[:, t] = Th.transpose(1, 2) @ Th
@@ -438,6 +451,11 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
             U = torch.bmm(X, Th)
             F, L = per_sample_F_and_loss(U, y, act, a, b, loss)
             tr[:, t] = L.mean(-1)
+            if t % CHECK_EVERY == CHECK_EVERY - 1 or t == T:  # one host synchronisation per CHECK_EVERY steps
+                check_steps(f"GD (n = {n}, d = {d}, m = {m}, η = {eta:g})", c0,
+                            {"train risk": tr[:, c0:t + 1], "ΘᵀΘ": Qs[:, c0:t + 1]}, dim=1,
+                            hint="the step size is too large for this problem (reduce eta)")
+                c0 = t + 1
             if t < T:
                 Th = torch.baddbmm(Th, Xt, F, beta=shrink, alpha=-eta / n)
         te = torch.cat([risk_from_overlaps(Ms[:, s:s + 32], Qs[:, s:s + 32], z_te, xi_te, y_te, act, a, b, loss)

@@ -22,6 +22,56 @@ class ParamError(ValueError):
     """A notebook or experiment parameter is unknown, missing, mistyped or out of range."""
 
 
+def parse_value(text: str) -> Any:
+    """A command-line parameter value, read exactly as papermill reads ``-p NAME VALUE`` (``papermill/cli.py``,
+    ``_resolve_type``): ``True``/``False``/``None``, then anything ``int()`` accepts, then anything ``float()``
+    accepts (``1e-3``, ``inf``), else the text itself. So ``-p eta 1e-3`` is the float 0.001 and ``-p times [8,20]``
+    is the *string* ``"[8,20]"``; a list is given as YAML with ``-y "times: [8, 20]"`` (:func:`parse_yaml`).
+    ``check``, ``run --set`` and the notebook all see the same value."""
+    if not isinstance(text, str):
+        return text
+    if text == "True":
+        return True
+    if text == "False":
+        return False
+    if text == "None":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+class _NoDatesSafeLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without the timestamp resolver: papermill's loader for ``-y``/``-f`` parameters
+    (``papermill/iorw.py``, ``NoDatesSafeLoader``), so a date-like value stays a string."""
+
+    yaml_implicit_resolvers = {k: [r for r in v if r[0] != "tag:yaml.org,2002:timestamp"]
+                               for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+def parse_yaml(text: str, where: str = "-y") -> dict[str, Any]:
+    """Parameters given as a YAML mapping (papermill's ``-y``), read with papermill's loader. Raises
+    :class:`ParamError` naming ``where`` when the text is not YAML or not a mapping."""
+    try:
+        data = yaml.load(text, Loader=_NoDatesSafeLoader)
+    except yaml.YAMLError as err:
+        raise ParamError(f"{where}: not valid YAML ({_yaml_reason(err)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ParamError(f"{where}: expected a mapping of parameter names to values, got {type(data).__name__}")
+    return data
+
+
+def _yaml_reason(err: Exception) -> str:
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(problem)
+
+
 @dataclasses.dataclass(frozen=True)
 class Param:
     """One parameter: its type (``int``, ``float``, ``str``, ``bool`` or ``list`` of one of those), an optional
@@ -62,7 +112,10 @@ class Param:
             if isinstance(v, tuple):
                 v = list(v)
             if not isinstance(v, list) or not v:
-                raise ParamError(f"parameter {self.name!r} = {v!r} must be a non-empty list; allowed: {self.allowed()}")
+                hint = (f" (papermill's -p passes {v!r} as text; give a list as YAML: -y \"{self.name}: [...]\")"
+                        if isinstance(v, str) else "")
+                raise ParamError(f"parameter {self.name!r} = {v!r} must be a non-empty list; allowed: {self.allowed()}"
+                                 + hint)
             return [self._check_scalar(x, self.of, f"{self.name}[{i}]") for i, x in enumerate(v)]
         return self._check_scalar(v, self.type, self.name)
 
@@ -118,9 +171,20 @@ def profile_name(profile: str) -> str:
 def load_profile(profile: str, section: str) -> dict[str, Any]:
     """The parameters of one notebook (``section``) in a profile file, with ``profile`` set to its name."""
     path = profile_path(profile)
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict) or section not in data:
-        raise ParamError(f"{path} has no section {section!r}; sections: {sorted(data) if isinstance(data, dict) else []}")
-    out = dict(data[section] or {})
+    try:
+        data = yaml.load(path.read_text(), Loader=_NoDatesSafeLoader) or {}
+    except yaml.YAMLError as err:
+        raise ParamError(f"parameter file {path} is not valid YAML ({_yaml_reason(err)})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ParamError(f"parameter file {path} cannot be read ({err})") from None
+    if not isinstance(data, dict):
+        raise ParamError(f"parameter file {path} must map notebook names to sections, not a {type(data).__name__}")
+    if section not in data:
+        raise ParamError(f"{path} has no section {section!r}; sections: {sorted(map(str, data))}")
+    sec = data[section]
+    if sec is not None and not isinstance(sec, dict):
+        raise ParamError(f"section {section!r} of {path} must be a mapping of parameter names to values, "
+                         f"not a {type(sec).__name__} ({sec!r})")
+    out = dict(sec or {})
     out.setdefault("profile", profile_name(profile))
     return out

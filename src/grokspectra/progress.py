@@ -17,4 +17,6 @@ def enabled() -> bool:
 
 def bar(iterable=None, *, total: int | None = None, desc: str = "", **kw):
     """A progress bar over ``iterable`` (or a manual one with ``total``), disabled when not interactive."""
-    return tqdm(iterable, total=total, desc=desc, disable=not enabled(), leave=False, dynamic_ncols=True, **kw)
+    disable = kw.pop("disable", False) or not enabled()
+    kw.setdefault("leave", False)
+    return tqdm(iterable, total=total, desc=desc, disable=disable, dynamic_ncols=True, **kw)

@@ -1,7 +1,9 @@
 """Chapter reports: the closing 'claim / ours / agreement' table of every chapter, and the intro's summary.
 
 Each chapter builds a list of :class:`Claim` rows, shows them with :func:`table_md` and saves them with
-:func:`save_summary` (``build/summary/<notebook>.json``); the intro page collects every chapter's rows.
+:func:`save_summary` (``build/summary/<notebook>.json``); the intro page collects every chapter's rows. A rerun with
+other parameters (``make run``) sets ``$GROKSPECTRA_SUMMARY_DIR`` so that its summary goes next to its own executed
+notebook under ``build/runs/`` and never into the book's.
 """
 
 from __future__ import annotations
@@ -9,11 +11,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SUMMARY_DIR = REPO / "build" / "summary"
+_NONFINITE = re.compile(r"(?i)(?<![a-z])(nan|[+-]?inf(inity)?)(?![a-z])")
+
+
+def summary_dir() -> Path:
+    """Where :func:`save_summary` writes: ``$GROKSPECTRA_SUMMARY_DIR`` when set (``make run``), else the book's
+    ``build/summary``."""
+    env = os.environ.get("GROKSPECTRA_SUMMARY_DIR", "").strip()
+    return Path(env) if env else SUMMARY_DIR
 
 
 @dataclasses.dataclass
@@ -27,6 +39,12 @@ class Claim:
     agree: bool | None  # None: not comparable (e.g. the paper gives no number, or not at this scale)
     note: str = ""
     scale: str = ""  # the scale the row was judged at, e.g. "paper: 15 seeds" or "CI: 2 seeds"
+
+    def __post_init__(self):
+        # a row whose measurement is not a finite number is never scored as agreeing (nor as disagreeing)
+        if self.agree is not None and _NONFINITE.search(str(self.ours)):
+            self.agree = None
+            self.note = "not comparable: our value is not finite" + (f"; {self.note}" if self.note else "")
 
     def mark(self) -> str:
         return {True: "✓", False: "✗", None: "–"}[self.agree]
@@ -77,12 +95,14 @@ def table_md(rows: list[Claim]) -> str:
 
 
 def save_summary(notebook: str, title: str, rows: list[Claim], provenance: str = "") -> Path:
-    """Write a chapter's claims to ``build/summary/<notebook>.json`` atomically (read by the intro page)."""
-    SUMMARY_DIR.mkdir(parents=True, exist_ok=True)
-    path = SUMMARY_DIR / f"{notebook}.json"
+    """Write a chapter's claims to ``<summary_dir()>/<notebook>.json`` atomically (``build/summary``, read by the
+    intro page; a ``make run`` rerun writes next to its own notebook instead, see :func:`summary_dir`)."""
+    out_dir = summary_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{notebook}.json"
     data = {"notebook": notebook, "title": title, "provenance": provenance,
             "rows": [dataclasses.asdict(r) for r in rows]}
-    fd, tmp = tempfile.mkstemp(dir=SUMMARY_DIR, suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{notebook}.", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1)
     os.chmod(tmp, 0o644)
@@ -91,10 +111,21 @@ def save_summary(notebook: str, title: str, rows: list[Claim], provenance: str =
 
 
 def load_summaries() -> list[dict]:
-    """Every saved chapter summary, in notebook order."""
+    """Every saved chapter summary of the book (``build/summary``), in notebook order; an unreadable file is
+    reported on stderr with its path and skipped."""
     if not SUMMARY_DIR.is_dir():
         return []
-    return [json.loads(p.read_text()) for p in sorted(SUMMARY_DIR.glob("*.json"))]
+    out = []
+    for p in sorted(SUMMARY_DIR.glob("*.json")):
+        try:
+            data = json.loads(p.read_text())
+            if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+                raise ValueError("not a chapter summary")
+        except (OSError, ValueError) as err:
+            print(f"warning: skipping the damaged summary {p}: {err}", file=sys.stderr)
+            continue
+        out.append(data)
+    return out
 
 
 def fmt(x: float, digits: int = 3) -> str:

@@ -1,4 +1,4 @@
-"""Spectral theory of the GD Hessian (eq. app-bulk; Mondelli–Montanari 2017): bulk law, hard-direction outlier, δ_NN.
+"""Spectral theory of the GD Hessian (book chapters 2–4): bulk law, hard-direction outlier, δ_NN.
 
 Everything here acts on a *law* of Hessian weights given by samples: ``G`` of shape ``[N, m, m]`` (symmetric; a
 ``[N]`` tensor is read as ``m = 1``), optional non-negative ``weights`` ``[N]`` (quadrature weights; uniform when
@@ -6,15 +6,15 @@ omitted), and for outliers the hard latent coordinates ``zeta`` ``[N, k_H]`` (or
 The samples come either from the DMFT sample-side process (``G_t = D(u^t; y)``) or from the empirical per-sample
 weights ``D_i`` of a GD run. Linear algebra runs in float64/complex128 on ``G``'s device.
 
-Equations (the book's appendix):
+Equations (the book's labels):
 
-* bulk (eq. app-bulk): ``S(z) = (−z I + E[G (I + S G/δ)^{-1}])^{-1}``, ``s(z) = tr S(z)/m``, ``ρ(x) = Im s(x + iε)/π``;
-* left edge (eq. app-bulk): square-root fit of ``ρ²`` on the left flank;
-* outlier (eq. app-outlier): ``Φ(z) = E[(ζζᵀ) ⊗ 𝒢(z)] − z I`` with ``𝒢(z) = G (I + S(z) G/δ)^{-1}``, root of ``det Φ``;
-* overlap (eq. app-overlap): ``‖c‖²/(‖c‖² + cᵀ T'(z) c)`` with ``T(z) = E[ζζᵀ⊗G] − E[ζζᵀ⊗𝒢(z)]``;
-* δ_NN (eq. app-dnn): root in δ of ``λ_min Φ(z₀; δ)``, ``z₀ = min(0, edge)``;
-* scalar reductions (eq. app-bulk; eq. app-outlier; Mondelli–Montanari 2017): ``ψ_δ(λ) = λ(1/δ + E[G/(λ − G)])``, ``φ(λ) = λ E[ζ² G/(λ − G)]``
-  (Lu–Li / Mondelli–Montanari), Marchenko–Pastur with ratio ``1/δ`` for ``G ≡ 1``.
+* bulk (``eq-ch2-bulk``): ``S(z) = (−z I + E[G (I + S G/δ)^{-1}])^{-1}``, ``s(z) = tr S(z)/m``, ``ρ(x) = Im s(x + iε)/π``;
+* left edge (chapter 2): square-root fit of ``ρ²`` on the left flank;
+* outlier (``eq-ch3-phi``): ``Φ(z) = E[(ζζᵀ) ⊗ 𝒢(z)] − z I`` with ``𝒢(z) = G (I + S(z) G/δ)^{-1}``, root of ``det Φ``;
+* overlap (``eq-ch3-overlap``): ``‖c‖²/(‖c‖² + cᵀ T'(z) c)`` with ``T(z) = E[ζζᵀ⊗G] − E[ζζᵀ⊗𝒢(z)]``;
+* δ_NN (``eq-ch3-dnn``): root in δ of ``λ_min Φ(z₀; δ)``, ``z₀ = min(0, edge)``;
+* scalar reductions (chapters 2–4): ``ψ_δ(λ) = λ(1/δ + E[G/(λ − G)])``, ``φ(λ) = λ E[ζ² G/(λ − G)]``
+  (Lu–Li, arXiv:1702.06435; Mondelli–Montanari, arXiv:1708.05932), Marchenko–Pastur with ratio ``1/δ`` for ``G ≡ 1``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .device import DivergenceError
 
-class ConvergenceError(RuntimeError):
-    """A fixed-point solve did not converge: carries the spectral argument ``z``, the ``iterations`` spent and the
-    final ``residual`` (relative), so a wrong branch is never returned silently."""
+
+class ConvergenceError(DivergenceError, RuntimeError):
+    """A fixed-point solve did not converge (or produced non-finite values): carries the spectral argument ``z``,
+    the ``iterations`` spent and the final ``residual`` (relative), so a wrong branch is never returned silently.
+    A ``grokspectra.device.DivergenceError``, so an experiment reports it with its name and parameters."""
 
     def __init__(self, z, iterations: int, residual: float, what: str = "fixed point"):
         self.z, self.iterations, self.residual = z, int(iterations), float(residual)
@@ -106,7 +109,7 @@ def _inv(A):
 
 
 def _K(G, S, delta):
-    """𝒢 = G (I + S G/δ)^{-1} for every z and sample (eq. app-bulk): G ``[N, m, m]``, S ``[Z, m, m]`` →
+    """𝒢 = G (I + S G/δ)^{-1} for every z and sample (``eq-ch2-bulk``): G ``[N, m, m]``, S ``[Z, m, m]`` →
     entries-first ``[m, m, Z, N]``. Closed forms for m ≤ 2 (the hot path), Gauss–Jordan otherwise."""
     m = G.shape[-1]
     Ge = G.to(S.dtype).permute(1, 2, 0)[:, :, None, :]          # [m, m, 1, N]
@@ -157,7 +160,7 @@ def _rel(R, S):
 
 
 def _damped(G, w, delta, S, z, n_iter, alpha=0.5):
-    """``n_iter`` damped fixed-point steps S ← (1 − α) S + α F(S) (eq. app-bulk)."""
+    """``n_iter`` damped fixed-point steps S ← (1 − α) S + α F(S) (chapter 2)."""
     for _ in range(n_iter):
         S = (1 - alpha) * S + alpha * _fixed_point_map(G, w, delta, S, z)[0]
     return S
@@ -201,12 +204,12 @@ def _newton(G, w, delta, S, z, tol, max_iter, admissible, max_backtrack=12):
 
 def bulk_stieltjes(G, delta: float, zs, *, weights=None, tol: float = 1e-10, max_iter: int = 60,
                    eps_start: float | None = None) -> torch.Tensor:
-    """Matrix Stieltjes transform S(z) of the Hessian bulk at complex ``zs`` (Im z > 0), eq. app-bulk:
+    """Matrix Stieltjes transform S(z) of the Hessian bulk at complex ``zs`` (Im z > 0), ``eq-ch2-bulk``:
 
     S(z) = (−z I_m + E[G (I_m + δ^{-1} S(z) G)^{-1}])^{-1},  Im S ≻ 0.
 
     Solved by a homotopy in Im z: start at Im z = ``eps_start`` (≈ the scale of G, where damped fixed-point
-    iteration converges), then lower Im z geometrically to the target, each stage by damped Newton (eq. app-bulk:
+    iteration converges), then lower Im z geometrically to the target, each stage by damped Newton (chapter 2:
     Newton on the m² entries, Jacobian in closed form) warm-started from the previous one. Batched over ``zs``.
 
     Returns a complex128 tensor ``[Z, m, m]``. Raises :class:`ConvergenceError` (naming the worst z) when a stage
@@ -237,21 +240,21 @@ def bulk_stieltjes(G, delta: float, zs, *, weights=None, tol: float = 1e-10, max
         target = tol if k == n_stage else 1e-8
         S, res, it = _newton(G, w, delta, S, z, target, max_iter, admissible)
         for _ in range(3):  # a stalled Newton is pulled back to the physical branch by damped iteration
-            bad = (res > target) | ~admissible(S)
+            bad = ~(res <= target) | ~admissible(S)  # a NaN residual is not convergence
             if not bool(bad.any()):
                 break
             S = torch.where(bad[:, None, None], _damped(G, w, delta, S, z, 300), S)
             S, res, it2 = _newton(G, w, delta, S, z, target, max_iter, admissible)
             it += 300 + it2
-        bad = (res > 10 * target) | ~admissible(S)
+        bad = ~(res <= 10 * target) | ~admissible(S)  # a NaN residual is not convergence
         if bool(bad.any()):
-            i = int(torch.argmax(torch.where(bad, res, torch.zeros_like(res))))
+            i = int(torch.argmax(torch.where(bad, res.nan_to_num(nan=float("inf")), torch.zeros_like(res))))
             raise ConvergenceError(complex(z[i]), it, float(res[i]), "bulk Stieltjes solve")
     return S
 
 
 def bulk_density(G, delta: float, xs, *, eps: float = 5e-4, weights=None, **kw) -> np.ndarray:
-    """Bulk density ρ(x) = Im tr S(x + iε)/(π m) on the real grid ``xs`` (eq. app-bulk). Returns numpy ``[X]``."""
+    """Bulk density ρ(x) = Im tr S(x + iε)/(π m) on the real grid ``xs`` (``eq-ch2-bulk``). Returns numpy ``[X]``."""
     xs = torch.as_tensor(xs, dtype=torch.float64)
     Gt = as_law(G, weights)[0]
     S = bulk_stieltjes(G, delta, xs.to(Gt.device) + 1j * eps, weights=weights, **kw)
@@ -261,7 +264,7 @@ def bulk_density(G, delta: float, xs, *, eps: float = 5e-4, weights=None, **kw) 
 
 def left_edge(G, delta: float, *, weights=None, method: str = "real", **kw):
     """Left edge of the bulk: ``method="real"`` follows the real branch to its fold (:func:`real_axis_edge`,
-    exact for the given law); ``"density"`` is the square-root fit of ρ on the left flank (eq. app-bulk,
+    exact for the given law); ``"density"`` is the square-root fit of ρ on the left flank (chapter 2,
     :func:`density_edge`). The two are independent routes and agree up to the ε-smearing bias of the latter."""
     if method == "real":
         return real_axis_edge(G, delta, weights=weights, side="left", **kw)
@@ -272,7 +275,7 @@ def left_edge(G, delta: float, *, weights=None, method: str = "real", **kw):
 
 def density_edge(G, delta: float, *, weights=None, eps: float = 5e-4, window=None, n_grid: int = 64,
               lo_frac: float = 0.02, hi_frac: float = 0.25, return_fit: bool = False):
-    """Left edge of the bulk by the square-root fit of eq. app-bulk: on the left flank, fit ρ² linearly on the
+    """Left edge of the bulk by the square-root fit of chapter 2: on the left flank, fit ρ² linearly on the
     points with ``lo_frac`` < ρ/ρ_max < ``hi_frac`` and return the x-intercept.
 
     ``window = (x_lo, x_hi)`` is the search interval (default: ±4 × the scale of G around 0, enough for the
@@ -330,7 +333,7 @@ def _march(G, w, delta, z_to, side, start=None, tol=1e-12, h_min_rel=1e-7):
     """Follow the physical real branch S(z) from ``start = (z, S)`` (default: far outside, S ≈ −I/z) towards
     ``z_to`` by predictor (dS/dz = J⁻¹ vec(F F)) – corrector (Newton) steps with adaptive step size. A step is
     accepted only when Newton converges, S stays definite with the side's sign, and the branch gap stays positive
-    (so Newton can never jump to the unphysical real branch, the failure mode noted in eq. app-bulk). Returns
+    (so Newton can never jump to the unphysical real branch, a failure mode of plain Newton on the real axis). Returns
     (list of (z, S [m, m], gap), reached)."""
     sign = 1.0 if side == "left" else -1.0
     m = G.shape[-1]
@@ -351,7 +354,7 @@ def _march(G, w, delta, z_to, side, start=None, tol=1e-12, h_min_rel=1e-7):
             if done:
                 break
         S, res, _ = _newton(G, w, delta, S, zt, tol, 50, adm)
-        if float(res) > 1e-9:
+        if not float(res) <= 1e-9:  # NaN included
             raise ConvergenceError(z, 200, float(res), "real-axis S far outside the bulk")
         S = S[0]
     else:
@@ -384,7 +387,7 @@ def _march(G, w, delta, z_to, side, start=None, tol=1e-12, h_min_rel=1e-7):
 
 
 def real_axis_S(G, delta: float, z, *, weights=None, side: str = "left", start=None, tol: float = 1e-12):
-    """The real solution S(z) of the bulk equation for real ``z`` outside the bulk (eq. app-bulk, last point):
+    """The real solution S(z) of the bulk equation for real ``z`` outside the bulk (chapter 3):
     positive definite below the spectrum (``side="left"``), negative definite above it (``side="right"``).
 
     Continuation from far outside (S ≈ −I/z) along the physical branch (:func:`_march`), through the sorted
@@ -435,7 +438,7 @@ def _kron_zeta(zeta, w, K):
 
 
 def phi_matrix(G, zeta, delta: float, z, *, weights=None, S=None, side: str = "left", start=None):
-    """Φ(z) = E[(ζζᵀ) ⊗ G(I + S(z) G/δ)^{-1}] − z I_{k m} at real ``z`` outside the bulk (eq. app-outlier).
+    """Φ(z) = E[(ζζᵀ) ⊗ G(I + S(z) G/δ)^{-1}] − z I_{k m} at real ``z`` outside the bulk (``eq-ch3-phi``).
     Returns (Φ ``[Z, km, km]`` float64, S ``[Z, m, m]``)."""
     G, w, zeta = as_law(G, weights, zeta)
     if zeta is None:
@@ -452,7 +455,7 @@ def phi_matrix(G, zeta, delta: float, z, *, weights=None, S=None, side: str = "l
 
 def phi_min_at(G, zeta, delta: float, z0, *, weights=None, side: str = "left", start=None) -> float:
     """λ_min Φ(z₀) (``side="left"``) or λ_max Φ(z₀) (``"right"``). A negative (positive) value means an
-    informative outlier below (above) z₀, because Φ is strictly decreasing in z (eq. app-dnn)."""
+    informative outlier below (above) z₀, because Φ is strictly decreasing in z (``eq-ch3-dnn``)."""
     P, _ = phi_matrix(G, zeta, delta, z0, weights=weights, side=side, start=start)
     ev = torch.linalg.eigvalsh(P[0])
     return float(ev[0] if side == "left" else ev[-1])
@@ -472,14 +475,14 @@ def _starter(path, side):
 
 def outlier(G, zeta, delta: float, *, weights=None, edge: float | None = None, side: str = "left",
             margin: float = 1e-4, xtol: float = 1e-9, fd_step: float = 1e-5) -> dict:
-    """The hard-direction outlier of eq. app-outlier; eq. app-overlap: the root z_out of λ_min Φ(z) = 0 below the left edge
-    (``side="left"``; or of λ_max Φ above the right edge for ``"right"``, the spectral-method case), and the
+    """The hard-direction outlier of ``eq-ch3-phi``–``eq-ch3-overlap``: the root z_out of λ_min Φ(z) = 0 below the left edge
+    (``side="left"``; or of λ_max Φ above the right edge for ``"right"``, the spectral-method case of chapter 4), and the
     predicted squared overlap of its eigenvector with the hard block,
 
         overlap = ‖c‖² / (‖c‖² + cᵀ T'(z_out) c),   T'(z) = −d/dz E[(ζζᵀ) ⊗ 𝒢(z)]  (central difference),
 
     with c the unit null vector of Φ(z_out). A root whose overlap is not in (0, 1] is a spurious sign change at a
-    pole of the real-axis S (eq. app-overlap, unbounded G): it is rejected (``exists = False``, ``spurious = True``).
+    pole of the real-axis S (chapter 3; unbounded G): it is rejected (``exists = False``, ``spurious = True``).
 
     ``edge`` defaults to :func:`real_axis_edge`; the search starts at ``edge ∓ margin·scale`` and brackets the
     root by doubling steps away from the bulk, then Brent's method. Returns a dict with ``exists``, ``root``,
@@ -506,6 +509,8 @@ def outlier(G, zeta, delta: float, *, weights=None, edge: float | None = None, s
     out = {"edge": float(edge), "root": float("nan"), "overlap": float("nan"), "vector": None,
            "exists": False, "spurious": False}
     f0 = f(z0)
+    if not math.isfinite(f0):
+        raise ConvergenceError(z0, len(path), float("nan"), "outlier equation at the bulk edge (non-finite Φ)")
     out["phi_edge"] = f0 * sgn
     if f0 >= 0:
         return out
@@ -540,8 +545,8 @@ def outlier(G, zeta, delta: float, *, weights=None, edge: float | None = None, s
 # δ_NN
 
 def nn_criterion(G, zeta, delta: float, *, weights=None, side: str = "left") -> dict:
-    """The δ_NN test of eq. app-dnn at one δ. ``side="left"``: z₀ = min(0, edge) and crit = λ_min Φ(z₀);
-    crit < 0 ⇔ a negative informative outlier exists. ``side="right"`` (spectral methods): z₀ = the right
+    """The δ_NN test of ``eq-ch3-dnn`` at one δ. ``side="left"``: z₀ = min(0, edge) and crit = λ_min Φ(z₀);
+    crit < 0 ⇔ a negative informative outlier exists. ``side="right"`` (spectral methods, chapter 4): z₀ = the right
     edge and crit = −λ_max Φ(z₀); crit < 0 ⇔ an informative outlier above the bulk. The point z₀ is taken on the
     followed real branch (at most ~1e-7·scale inside the edge). Returns ``{"crit", "z0", "edge"}``."""
     G, w, zeta = as_law(G, weights, zeta)
@@ -550,12 +555,14 @@ def nn_criterion(G, zeta, delta: float, *, weights=None, side: str = "left") -> 
     start = _starter(path, side)
     z0 = min(0.0, path[-1][0]) if side == "left" else path[-1][0]
     v = phi_min_at(G, zeta, delta, z0, weights=w, side=side, start=start(z0))
+    if not math.isfinite(v) or not math.isfinite(edge):
+        raise ConvergenceError(z0, len(path), float("nan"), f"δ_NN criterion at δ = {delta:g} (non-finite value)")
     return {"crit": sgn * v, "z0": z0, "edge": float(edge)}
 
 
 def delta_nn(law: Callable[[float], tuple], lo: float, hi: float, *, rtol: float = 0.02, max_iter: int = 12,
              log: bool = True, side: str = "left", expand: int = 0) -> dict:
-    """δ_NN by bisection in δ (eq. app-dnn): ``law(δ)`` returns ``(G, zeta)`` or ``(G, zeta, weights)`` (rerunning
+    """δ_NN by bisection in δ (``eq-ch3-dnn``): ``law(δ)`` returns ``(G, zeta)`` or ``(G, zeta, weights)`` (rerunning
     the DMFT for each δ); the criterion is :func:`nn_criterion` (``side="right"`` gives the spectral threshold of a
     preprocessing, e.g. δ_alg). Needs crit(lo) ≥ 0 > crit(hi) (no outlier at ``lo``, an outlier at ``hi``); with
     ``expand`` > 0 the bracket is first widened by factors of 2 (at most ``expand`` times per side). Bisects
@@ -604,7 +611,7 @@ def delta_nn(law: Callable[[float], tuple], lo: float, hi: float, *, rtol: float
 # scalar reductions and closed forms (anchors)
 
 def psi_delta(G, delta: float, lam, *, weights=None) -> np.ndarray:
-    """ψ_δ(λ) = λ (1/δ + E[G/(λ − G)]) for scalar G (Lu–Li / Mondelli–Montanari; eq. app-bulk)."""
+    """ψ_δ(λ) = λ (1/δ + E[G/(λ − G)]) for scalar G (Lu–Li, arXiv:1702.06435; Mondelli–Montanari, arXiv:1708.05932)."""
     G, w, _ = as_law(G, weights)
     g = G[:, 0, 0]
     lam = torch.as_tensor(lam, dtype=torch.float64, device=g.device).reshape(-1)
@@ -612,7 +619,7 @@ def psi_delta(G, delta: float, lam, *, weights=None) -> np.ndarray:
 
 
 def phi_lu_li(G, zeta, lam, *, weights=None) -> np.ndarray:
-    """φ(λ) = λ E[ζ² G/(λ − G)] for scalar G (eq. app-outlier reduction); the outlier solves ψ_δ(λ) = φ(λ)."""
+    """φ(λ) = λ E[ζ² G/(λ − G)] for scalar G (the scalar case of ``eq-ch3-phi``); the outlier solves ψ_δ(λ) = φ(λ)."""
     G, w, zeta = as_law(G, weights, zeta)
     g, zz = G[:, 0, 0], zeta[:, 0] ** 2
     lam = torch.as_tensor(lam, dtype=torch.float64, device=g.device).reshape(-1)
@@ -658,11 +665,11 @@ def marchenko_pastur_density(x, ratio: float) -> np.ndarray:
 
 
 def mondelli_montanari_T(y, delta: float):
-    """Mondelli–Montanari optimal preprocessing T_δ(y) = (y₊ − 1)/(y₊ + √δ − 1) (Mondelli–Montanari 2017, recalled)."""
+    """Mondelli–Montanari optimal preprocessing T_δ(y) = (y₊ − 1)/(y₊ + √δ − 1) (Mondelli–Montanari, arXiv:1708.05932)."""
     y = torch.as_tensor(y).clamp_min(0)
     return (y - 1) / (y + math.sqrt(delta) - 1)
 
 
 def luo_alghamdi_lu_T(y):
-    """Luo–Alghamdi–Lu preprocessing T*(y) = 1 − 1/y (Mondelli–Montanari 2017), optimal for noiseless phase retrieval."""
+    """Luo–Alghamdi–Lu preprocessing T*(y) = 1 − 1/y (Luo–Alghamdi–Lu, arXiv:1811.04420), optimal for noiseless phase retrieval."""
     return 1 - 1 / torch.as_tensor(y)

@@ -6,9 +6,14 @@ temporary file, which is ignored and cleaned up. ``root`` defaults to ``results/
 with ``$GROKSPECTRA_STORE``); ``results/paper`` is committed so the published book can show paper-scale results
 computed on a GPU, every other profile is a local cache.
 
-The key hashes the experiment name, the canonical JSON of the parameters and the *code version*: a hash of the
-source files of the modules the experiment depends on. Editing any of them changes the key, so a result made by
-older code is never found as current; :func:`latest` still finds it and marks it ``stale``.
+The key hashes the experiment name, the canonical JSON of the parameters and the *code version* (a hash of the
+syntax trees of the functions the experiment runs, :mod:`grokspectra.version`). Changing that code changes the key,
+so a result made by older code is never found as current; :func:`latest` still finds it and marks it ``stale``.
+
+Each JSON record holds a SHA-256 of the arrays (names, dtypes, shapes and bytes), verified on every load. A
+damaged entry (truncated ``.npz``, unreadable or foreign JSON, arrays of another key copied over) is reported on
+stderr with its path and treated as absent, so it is recomputed by a run and skipped by :func:`latest`; it is
+never used and never fatal.
 """
 
 from __future__ import annotations
@@ -16,12 +21,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import hashlib
-import importlib
-import inspect
 import json
 import os
 import subprocess
+import sys
 import tempfile
+import zipfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -49,14 +54,22 @@ def canonical(obj: Any) -> Any:
     return obj
 
 
-def code_version(*modules: str) -> str:
-    """Hash of the source of the named modules (e.g. ``"grokspectra.modadd"``): changes whenever their code does."""
+class StoreError(OSError):
+    """The store cannot be written (message names the directory)."""
+
+
+class DamagedEntry(ValueError):
+    """A store entry that cannot be trusted (message names the file and what is wrong)."""
+
+
+def arrays_hash(arrays: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 of named arrays: names, dtypes, shapes and bytes, in name order."""
     h = hashlib.sha256()
-    for name in sorted(modules):
-        mod = importlib.import_module(name)
-        h.update(name.encode())
-        h.update(inspect.getsource(mod).encode())
-    return h.hexdigest()[:12]
+    for k in sorted(arrays):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def make_key(experiment: str, params: Mapping, code: str) -> str:
@@ -123,7 +136,7 @@ def _atomic_write_bytes(path: Path, write: Callable[[Any], None], mode: str = "w
         raise
 
 
-def _to_numpy(v: Any) -> np.ndarray:
+def to_numpy(v: Any) -> np.ndarray:
     if isinstance(v, torch.Tensor):
         v = v.detach().cpu().numpy()
     return np.asarray(v)
@@ -142,13 +155,13 @@ class Store:
              *, device: torch.device | str = "cpu", wall_s: float = float("nan"), extra: Mapping | None = None) -> Result:
         """Write one entry atomically (arrays first, metadata last) and return it."""
         key = make_key(experiment, params, code)
-        arrays = {k: _to_numpy(v) for k, v in arrays.items()}
+        arrays = {k: to_numpy(v) for k, v in arrays.items()}
         dev = device_name(device) if isinstance(device, torch.device) else str(device)
         meta = {
             "experiment": experiment, "key": key, "profile": profile, "params": canonical(params), "code": code,
             "commit": git_commit(), "device": dev, "torch": torch.__version__,
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "wall_s": float(wall_s),
-            "arrays": sorted(arrays),
+            "arrays": sorted(arrays), "sha256": arrays_hash(arrays),
         }
         if extra:
             meta.update(canonical(dict(extra)))
@@ -157,43 +170,94 @@ class Store:
         _atomic_write_bytes(d / f"{key}.json", lambda f: f.write(json.dumps(meta, indent=1, sort_keys=True)), mode="w")
         return Result(arrays, meta)
 
-    def _read(self, json_path: Path) -> Result | None:
+    def _read(self, json_path: Path, key: str | None = None) -> Result:
+        """Read and verify one entry; raise :class:`DamagedEntry` naming the file when it cannot be trusted."""
         npz = json_path.with_suffix(".npz")
+        try:
+            meta = json.loads(json_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise DamagedEntry(f"{json_path}: unreadable record ({err})") from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("key"), str) or "sha256" not in meta:
+            raise DamagedEntry(f"{json_path}: not a result record (no key or no array hash)")
+        if meta["key"] != json_path.stem or (key is not None and meta["key"] != key):
+            raise DamagedEntry(f"{json_path}: record of key {meta['key']} stored under {json_path.stem}")
         if not npz.exists():
-            return None
-        meta = json.loads(json_path.read_text())
-        with np.load(npz, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+            raise DamagedEntry(f"{npz}: arrays missing")
+        try:
+            with np.load(npz, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as err:
+            raise DamagedEntry(f"{npz}: unreadable arrays ({type(err).__name__}: {err})") from None
+        if arrays_hash(arrays) != meta["sha256"]:
+            raise DamagedEntry(f"{npz}: arrays do not match the hash in {json_path.name} (damaged or swapped)")
         return Result(arrays, meta)
 
+    def _read_or_warn(self, json_path: Path, key: str | None = None) -> Result | None:
+        try:
+            return self._read(json_path, key)
+        except DamagedEntry as err:
+            print(f"warning: damaged result ignored (it will be recomputed): {err}", file=sys.stderr, flush=True)
+            return None
+
     def load(self, experiment: str, params: Mapping, code: str, profile: str) -> Result | None:
-        """The entry for exactly these parameters and this code, or ``None``."""
+        """The intact entry for exactly these parameters and this code, or ``None`` (a damaged one is reported)."""
         key = make_key(experiment, params, code)
         p = self._dir(profile, experiment) / f"{key}.json"
-        return self._read(p) if p.exists() else None
+        return self._read_or_warn(p, key) if p.exists() else None
+
+    def metas(self, experiment: str, profile: str | None = None) -> list[dict]:
+        """The readable JSON records of ``experiment`` (in ``profile``, or every profile), unverified."""
+        dirs = [self._dir(profile, experiment)] if profile else sorted(self.root.glob(f"*/{experiment}"))
+        out = []
+        for d in dirs:
+            for p in sorted(d.glob("*.json")) if d.is_dir() else []:
+                try:
+                    m = json.loads(p.read_text())
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                    continue
+                if isinstance(m, dict) and m.get("key") == p.stem:
+                    out.append(m)
+        return out
 
     def latest(self, experiment: str, profile: str, params: Mapping | None = None, code: str | None = None) -> Result | None:
-        """The current entry if there is one; otherwise the newest entry of this experiment and profile, marked
-        ``stale`` (it was made with other parameters or code). ``None`` when there is no entry at all."""
+        """The current entry if there is one; otherwise the newest intact entry of this experiment and profile,
+        marked ``stale`` (it was made with other parameters or code). ``None`` when there is none."""
         if params is not None and code is not None:
             hit = self.load(experiment, params, code, profile)
             if hit is not None:
                 return hit
-        d = self._dir(profile, experiment)
-        if not d.is_dir():
-            return None
-        entries = sorted(d.glob("*.json"), key=lambda p: json.loads(p.read_text()).get("date", ""))
-        for p in reversed(entries):
-            r = self._read(p)
+        metas = sorted(self.metas(experiment, profile), key=lambda m: str(m.get("date", "")))
+        for m in reversed(metas):
+            r = self._read_or_warn(self._dir(profile, experiment) / f"{m['key']}.json")
             if r is not None:
                 r.stale = True
                 return r
         return None
 
-    def clean_partial(self) -> int:
-        """Remove temporary files left by interrupted writes; return how many."""
+    def check_writable(self, profile: str, experiment: str) -> None:
+        """Raise :class:`StoreError` now, before any computation, when results could not be saved."""
+        d = self._dir(profile, experiment)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=".write-check.", suffix=".tmp")
+            os.close(fd)
+            os.unlink(tmp)
+        except OSError as err:
+            raise StoreError(f"result store {d} is not writable ({err.strerror or err}); set --store or "
+                             f"GROKSPECTRA_STORE to a writable directory") from None
+
+    def clean_partial(self, profile: str | None = None, experiment: str | None = None, min_age_s: float = 60.0) -> int:
+        """Remove temporary files left by interrupted writes (older than ``min_age_s``, so a write in progress in
+        another process is left alone); return how many."""
         n = 0
-        for p in self.root.rglob(".*.tmp"):
+        base = self.root / profile / experiment if profile and experiment else self.root
+        now = time.time()
+        for p in base.rglob(".*.tmp") if base.is_dir() else []:
+            try:
+                if now - p.stat().st_mtime < min_age_s:
+                    continue
+            except FileNotFoundError:
+                continue
             p.unlink(missing_ok=True)
             n += 1
         return n
@@ -212,6 +276,7 @@ def load_or_compute(experiment: str, params: Mapping, compute: Callable[[dict], 
         hit = store.load(experiment, params, code, profile)
         if hit is not None:
             return hit
+    store.check_writable(profile, experiment)
     t0 = time.perf_counter()
     arrays = compute(dict(params))
     wall = time.perf_counter() - t0

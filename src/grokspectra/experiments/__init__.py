@@ -1,41 +1,74 @@
-"""Per-chapter experiments: parameters in, stored arrays out.
+"""Per-chapter experiments: parameters in, stored arrays out — each a sweep of separately stored units.
 
-Each chapter module (``ch1`` … ``ch7``) declares ``SECTION`` (its notebook's name and section in the profile files
-``params/*.yaml``), ``SCHEMA`` (the notebook's parameters) and its experiments with :func:`experiment`. An
-:class:`Experiment` runs through the result store: :meth:`Experiment.run` computes (or finds) a result for the
-given parameters, :meth:`Experiment.best` returns the largest-scale *current* result available — the ``paper``
-profile's when the store holds it for the current code, otherwise the live one — so the book never shows a stale
-result as current.
+A chapter is one module ``chN*.py`` in this package, found by :func:`load_chapters` without any hand-kept list. It
+declares ``SECTION`` (its notebook's name and its section in ``params/*.yaml``), ``SCHEMA`` (the notebook's
+parameters) and its experiments with :func:`experiment`:
+
+* ``@experiment(SECTION, keys=[...])`` on ``fn(p, device) -> {name: array}``: the whole experiment is one unit;
+* ``@experiment(SECTION, keys=[...], units=U, reduce=R, cost=C, shrink=S)`` on ``fn(u, device) -> arrays``, which
+  computes ONE unit: ``U(p)`` lists the units (JSON-able dicts holding every parameter the unit needs; a unit's
+  store key hashes exactly its dict), ``R(p, units, results)`` assembles the experiment's arrays, ``C(u)`` is a
+  unit's relative cost and ``S(u)`` a cheap version of it used to time ``--dry-run`` estimates.
+
+:meth:`Experiment.run` loads or computes every unit (:mod:`grokspectra.sweep`, any executor) and assembles the
+result; :meth:`Experiment.best` returns the ``paper`` profile's result when the store holds every unit of it for
+the current code, otherwise the live one, so the book never shows a stale or partial result as current. The code
+version is derived from the functions the experiment runs (:mod:`grokspectra.version`). Results computed with
+parameters that differ from the named profile's are stored under their own profile name (``paper+seeds=3``),
+never under the profile itself.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
-import importlib.util
+import json
+import pkgutil
+import sys
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from ..device import get_device
+from ..device import DivergenceError, get_device
 from ..params import ParamError, load_profile
-from ..store import Result, Store, code_version, load_or_compute
+from ..store import Result, Store, canonical
+from ..version import code_version
 
-CHAPTERS = ["ch1", "ch2", "ch3", "ch4", "ch5", "ch6", "ch7"]
 REGISTRY: dict[str, "Experiment"] = {}
 
 
 class Experiment:
-    """A named computation ``fn(params, device) -> {name: array}`` over the subset ``keys`` of a notebook's
-    parameters, whose code version hashes ``modules`` (and the module that defines ``fn``)."""
+    """A named computation over the subset ``keys`` of a notebook's parameters, split into units."""
 
     def __init__(self, name: str, fn: Callable[[dict, torch.device], Mapping[str, Any]], section: str,
-                 keys: Iterable[str], modules: Iterable[str]):
+                 keys: Iterable[str], units: Callable[[dict], list[dict]] | None = None,
+                 reduce: Callable[[dict, list[dict], list[dict]], Mapping[str, Any]] | None = None,
+                 cost: Callable[[dict], float] | None = None, shrink: Callable[[dict], dict] | None = None):
+        if (units is None) != (reduce is None):
+            raise TypeError(f"experiment {name}: give both units= and reduce=, or neither")
         self.name, self.fn, self.section = name, fn, section
         self.keys = tuple(keys)
-        self.modules = tuple(sorted(set(modules) | {fn.__module__}))
+        self._units, self._reduce, self._cost, self._shrink = units, reduce, cost, shrink
+        self._code: str | None = None
 
     def __repr__(self) -> str:
         return f"Experiment({self.name!r}, keys={self.keys})"
+
+    @property
+    def schema(self):
+        """The notebook's parameter schema (``SCHEMA`` of the chapter module)."""
+        return sys.modules[self.fn.__module__].SCHEMA
+
+    def roots(self) -> list[Callable]:
+        """What a unit's computation runs: the unit function (the unit list is part of each unit's key, and the
+        reduction runs afresh on every load, so neither affects a stored unit)."""
+        return [self.fn]
+
+    def code(self) -> str:
+        """The code version: a hash of the syntax trees of every package function a unit's computation runs."""
+        if self._code is None:
+            self._code = code_version(self.roots())
+        return self._code
 
     def params(self, P: Mapping[str, Any]) -> dict[str, Any]:
         missing = [k for k in self.keys if k not in P]
@@ -43,59 +76,151 @@ class Experiment:
             raise ParamError(f"experiment {self.name} needs parameter(s) {missing}")
         return {k: P[k] for k in self.keys}
 
-    def code(self) -> str:
-        return code_version(*self.modules)
+    def units(self, p: Mapping[str, Any]) -> list[dict]:
+        """The units of parameters ``p`` (one unit, ``p`` itself, for an unsplit experiment)."""
+        return [dict(p)] if self._units is None else [dict(u) for u in self._units(dict(p))]
 
+    def reduce_units(self, p: dict, units: list[dict], results: list[dict]) -> Mapping[str, Any]:
+        return results[0] if self._reduce is None else self._reduce(p, units, results)
+
+    def cost_of(self, u: Mapping) -> float:
+        return float(self._cost(dict(u))) if self._cost is not None else 1.0
+
+    def probe_unit(self) -> dict | None:
+        """A cheap unit for timing: the shrunken cheapest unit of the ``ci`` profile."""
+        try:
+            us = self.units(self.params(load_profile("ci", self.section)))
+        except (ParamError, ValueError):
+            return None
+        u = min(us, key=self.cost_of)
+        return self._shrink(u) if self._shrink is not None else u
+
+    # --- where results go ---------------------------------------------------------------------------------
+    def profile_for(self, P: Mapping[str, Any]) -> str:
+        """The profile name results of ``P`` are stored under: ``P['profile']`` when this experiment's parameters
+        equal that profile's, else ``<profile>+<overrides>`` (so an override never lands under ``paper``)."""
+        name = str(P.get("profile", "custom"))
+        try:
+            ref = self.params(load_profile(name, self.section))
+        except (ParamError, OSError):
+            return name
+        try:
+            ref = self.schema.validate(ref, partial=True)
+        except ParamError:
+            pass
+        mine = self.params(P)
+        diff = {k: mine[k] for k in self.keys if canonical(mine[k]) != canonical(ref.get(k))}
+        if not diff:
+            return name
+        text = ",".join(f"{k}={json.dumps(canonical(v), separators=(',', ':'))}" for k, v in sorted(diff.items()))
+        if len(text) > 40 or not all(c.isalnum() or c in "=,.-_[]+" for c in text):
+            text = hashlib.sha256(text.encode()).hexdigest()[:10]
+        return f"{name}+{text}"
+
+    # --- running ------------------------------------------------------------------------------------------
     def run(self, P: Mapping[str, Any], *, store: Store | None = None, force: bool = False,
-            device: torch.device | str | None = None) -> Result:
-        """Compute (or load) this experiment for the notebook parameters ``P`` (needs ``P['profile']``)."""
-        dev = get_device(device if device is not None else P.get("device", "auto"))
+            device: torch.device | str | None = None, executor=None, show: bool = True) -> Result:
+        """Load or compute every unit of this experiment for the notebook parameters ``P`` and assemble them.
+
+        A :class:`~grokspectra.device.DivergenceError` from an engine is re-raised naming this experiment and its
+        parameters; nothing of the diverged unit is stored."""
+        from .. import sweep
+
+        dev = device if device is not None else P.get("device", "auto")
+        get_device(dev)  # a clear error now when the device is unavailable
+        dev = str(dev)
         sub = self.params(P)
-        return load_or_compute(self.name, sub, lambda p: self.fn(p, dev), code=self.code(),
-                               profile=str(P.get("profile", "custom")), device=dev, store=store, force=force)
+        profile = self.profile_for(P)
+        store = store or Store()
+        units = self.units(sub)
+        try:
+            results = sweep.run_units(self, units, profile=profile, store=store, device=dev, executor=executor,
+                                      force=force, show=show)
+        except DivergenceError as err:
+            raise DivergenceError(f"experiment {self.name} with {json.dumps(canonical(sub))}: {err}; "
+                                  "nothing was stored") from None
+        return sweep.assemble(self, sub, units, results, profile)
+
+    def load(self, P: Mapping[str, Any], profile: str, store: Store | None = None) -> tuple[Result | None, int, int]:
+        """The assembled stored result of ``P`` in ``profile`` when every unit is stored for the current code,
+        plus (units stored, units in all)."""
+        from .. import sweep
+
+        store = store or Store()
+        sub = self.params(P)
+        units = self.units(sub)
+        got = [store.load(self.name, u, self.code(), profile) for u in units]
+        n = sum(r is not None for r in got)
+        if n < len(units):
+            return None, n, len(units)
+        return sweep.assemble(self, sub, units, got, profile), n, len(units)
 
     def best(self, live: Result, *, store: Store | None = None, profile: str = "paper") -> Result:
-        """The ``profile``-scale result when the store holds a current one, else ``live``. A stale stored result
-        is never returned; ``live`` then carries a note naming the commit that made the stale one."""
+        """The ``profile``-scale result when the store holds every unit of it for the current code, else
+        ``live``, which then carries a note when a stale or partial ``profile`` result exists."""
         if live.meta.get("profile") == profile:
             return live
+        store = store or Store()
         try:
-            P = load_profile(profile, self.section)
-            sub = self.params(P)
-        except ParamError:
+            P = self.schema.validate(load_profile(profile, self.section))
+            stored, n, total = self.load(P, self.profile_for(P), store)
+        except (ParamError, ValueError, OSError):
             return live
-        stored = (store or Store()).latest(self.name, profile, sub, self.code())
-        if stored is None:
-            return live
-        if stored.stale:
-            live.meta["note"] = (f"a {profile}-scale result (commit `{stored.meta.get('commit')}`) exists but is stale "
-                                 f"and is not shown")
-            return live
-        return stored
+        if stored is not None:
+            return stored
+        if n:
+            live.meta["note"] = f"{n} of {total} units of the {profile}-scale result are computed so far"
+        elif store.metas(self.name, profile):
+            live.meta["note"] = f"a {profile}-scale result made by older code exists but is stale and is not shown"
+        return live
 
 
-def experiment(section: str, keys: Iterable[str], modules: Iterable[str] = (), name: str | None = None):
-    """Decorator: register ``fn(params, device)`` as ``<chapter>.<fn name>``."""
+def experiment(section: str, keys: Iterable[str], *, units=None, reduce=None, cost=None, shrink=None,
+               name: str | None = None):
+    """Decorator: register ``fn`` as the experiment ``<chapter>.<fn name>`` (see the module docstring)."""
 
     def wrap(fn):
         chapter = fn.__module__.rsplit(".", 1)[-1]
-        exp = Experiment(name or f"{chapter}.{fn.__name__}", fn, section, keys, modules)
+        exp = Experiment(name or f"{chapter}.{fn.__name__}", fn, section, keys, units=units, reduce=reduce,
+                         cost=cost, shrink=shrink)
         REGISTRY[exp.name] = exp
         return exp
 
     return wrap
 
 
+def chapter_names() -> list[str]:
+    """Every chapter module of this package (``ch1``, ``ch2``, …), in chapter order."""
+    names = [m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("ch") and not m.ispkg]
+    return sorted(names, key=lambda n: (int("".join(c for c in n[2:] if c.isdigit()) or 0), n))
+
+
 def load_chapters() -> list[str]:
-    """Import every chapter module that exists; return their names."""
-    found = []
-    for ch in CHAPTERS:
-        mod = f"{__name__}.{ch}"
-        if importlib.util.find_spec(mod) is not None:
-            importlib.import_module(mod)
-            found.append(ch)
-    return found
+    """Import every chapter module; return their names."""
+    for ch in chapter_names():
+        importlib.import_module(f"{__name__}.{ch}")
+    return chapter_names()
 
 
 def chapter(name: str):
     return importlib.import_module(f"{__name__}.{name}")
+
+
+def find(name: str) -> Experiment:
+    """The experiment called ``name`` (``ch7.headline``)."""
+    if name not in REGISTRY:
+        load_chapters()
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ParamError(f"unknown experiment {name!r}; known: {sorted(REGISTRY)}") from None
+
+
+def by_section(section: str):
+    """The chapter module whose notebook is ``section`` (e.g. ``ch6_repulsion``)."""
+    for ch in load_chapters():
+        mod = chapter(ch)
+        if getattr(mod, "SECTION", None) == section:
+            return mod
+    known = sorted(getattr(chapter(c), "SECTION", c) for c in chapter_names())
+    raise ParamError(f"no chapter declares notebook {section!r}; notebooks: {known}")

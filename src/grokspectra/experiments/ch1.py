@@ -36,60 +36,105 @@ SCHEMA = Schema(
     Param("ds_eh", list, of=int, lo=50, hi=100000, help="dimensions d of the easy-vs-hard GD runs"),
     Param("N_eh", int, lo=1000, hi=10**7, help="DMFT paths of the easy-vs-hard runs"),
 )
-MODULES = ["grokspectra.multiindex", "grokspectra.dmft"]
 
 
 def _even(n: int) -> int:
     return max(2, n - n % 2)
 
 
-def _dmft_reps(p, device, *, link, M0, T, N, reps, memory=True, antithetic=True, seed=0):
-    outs = [dmft.run_dmft(p["act"], link, p["delta"], p["eta"], T, _even(N // reps), p["m"], M0=M0, memory=memory,
-                          antithetic=antithetic, device=device, generator=seed + r) for r in range(reps)]
-    return {key: torch.stack([o[key] for o in outs]) for key in ("M", "Q", "train", "test")}
+KEYS = ("M", "Q", "train", "test")
 
 
-@experiment(SECTION, keys=["act", "m", "delta", "eta", "M0", "T", "ds", "seeds", "N", "reps"], modules=MODULES)
-def trajectories(p, device):
-    """R1 set-up (y = z², warm start M_0): DMFT replicas with and without memory; GD with ``seeds`` trials per d."""
+def _traj_units(p: dict) -> list[dict]:
+    """DMFT replicas with memory (``reps``) and without (2), each with its own path seed, and one GD unit per d."""
     if len(p["M0"]) != p["m"]:
         raise ValueError(f"M0 has {len(p['M0'])} entries but m = {p['m']}")
-    M0 = [p["M0"]]
-    out = {}
-    for tag, mem in (("dm", True), ("nm", False)):
-        r = _dmft_reps(p, device, link="pr", M0=M0, T=p["T"], N=p["N"], reps=p["reps"] if mem else 2, memory=mem,
-                       seed=1000 if mem else 2000)
-        out.update({f"{tag}_{k}": v for k, v in r.items()})
-    for i, d in enumerate(p["ds"]):
-        prob = mi.sample_problem(d, int(round(p["delta"] * d)), 1, "pr", trials=p["seeds"], device=device,
-                                 dtype=torch.float32, generator=10 + i)
-        g = mi.run_gd(prob, p["m"], p["eta"], p["T"], act=p["act"], M0=M0, generator=100 + i)
-        out.update({f"gd{d}_{k}": g[k] for k in ("M", "Q", "train", "test")})
-        del prob
+    base = {k: p[k] for k in ("act", "m", "delta", "eta", "T")} | {"M0": [p["M0"]]}
+    units = [{**base, "kind": "dmft", "tag": tag, "memory": mem, "N": _even(p["N"] // reps), "seed": s0 + r}
+             for tag, mem, reps, s0 in (("dm", True, p["reps"], 1000), ("nm", False, 2, 2000)) for r in range(reps)]
+    units += [{**base, "kind": "gd", "d": d, "trials": p["seeds"], "data_seed": 10 + i, "init_seed": 100 + i}
+              for i, d in enumerate(p["ds"])]
+    return units
+
+
+def _traj_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
+    out, reps = {}, {}
+    for u, r in zip(units, results):
+        if u["kind"] == "dmft":
+            reps.setdefault(u["tag"], []).append(r)
+        else:
+            out.update({f"gd{u['d']}_{k}": r[k] for k in KEYS})
+    for tag, rs in reps.items():
+        out.update({f"{tag}_{k}": np.stack([r[k] for r in rs]) for k in KEYS})
     return out
 
 
-@experiment(SECTION, keys=["act", "m", "delta", "eta", "T_eh", "ds_eh", "seeds", "N_eh"], modules=MODULES)
-def easy_hard(p, device):
-    """Random init. Phase retrieval: DMFT with antithetic paths (M ≡ 0), with plain paths (spurious M, brief R5), GD
-    overlaps at each d. Staircase y = z₁ + z₂²: DMFT (antithetic in z₂) and GD overlaps with both latent directions."""
-    T, N = p["T_eh"], _even(p["N_eh"])
-    out = {}
+def _traj_cost(u: dict) -> float:
+    return u["N"] * u["T"] ** 2 * u["m"] / 4e3 if u["kind"] == "dmft" else u["trials"] * u["delta"] * u["d"] ** 2 * u["T"] / 2e5
+
+
+def _shrink(u: dict) -> dict:
+    return {**u, "N": min(u.get("N", 0), 4000)} if u["kind"] == "dmft" else {**u, "d": min(u["d"], 200)}
+
+
+@experiment(SECTION, keys=["act", "m", "delta", "eta", "M0", "T", "ds", "seeds", "N", "reps"], units=_traj_units,
+            reduce=_traj_reduce, cost=_traj_cost, shrink=_shrink)
+def trajectories(u, device):
+    """Warm start M_0 on y = z²: one DMFT replica (with or without the memory terms) or GD at one d with every
+    trial; the chapter compares their overlaps, norms and risks."""
+    if u["kind"] == "dmft":
+        o = dmft.run_dmft(u["act"], "pr", u["delta"], u["eta"], u["T"], u["N"], u["m"], M0=u["M0"],
+                          memory=u["memory"], antithetic=True, device=device, generator=u["seed"])
+        return {k: o[k] for k in KEYS}
+    d = u["d"]
+    prob = mi.sample_problem(d, int(round(u["delta"] * d)), 1, "pr", trials=u["trials"], device=device,
+                             dtype=torch.float32, generator=u["data_seed"])
+    g = mi.run_gd(prob, u["m"], u["eta"], u["T"], act=u["act"], M0=u["M0"], generator=u["init_seed"])
+    return {k: g[k] for k in KEYS}
+
+
+def _eh_units(p: dict) -> list[dict]:
+    """Per link (phase retrieval, staircase): antithetic DMFT, (phase retrieval only) plain-sampling DMFT, and GD
+    at every d of ``ds_eh``."""
+    base = {k: p[k] for k in ("act", "m", "delta", "eta")} | {"T": p["T_eh"]}
+    units = []
     for tag, lk in (("pr", "pr"), ("st", "staircase")):
-        a = dmft.run_dmft(p["act"], lk, p["delta"], p["eta"], T, N, p["m"], device=device, generator=3000)
-        out.update({f"{tag}_dm_M": a["M"], f"{tag}_dm_train": a["train"], f"{tag}_dm_test": a["test"]})
+        units.append({**base, "kind": "dmft", "tag": tag, "link": lk, "N": _even(p["N_eh"]), "antithetic": True})
         if tag == "pr":
-            b = dmft.run_dmft(p["act"], lk, p["delta"], p["eta"], T, N, p["m"], antithetic=False, device=device,
-                              generator=3000)
-            out["pr_plain_M"] = b["M"]
-        k = mi.link(lk).k
-        for i, d in enumerate(p["ds_eh"]):
-            prob = mi.sample_problem(d, int(round(p["delta"] * d)), k, lk, trials=p["seeds"], device=device,
-                                     dtype=torch.float32, generator=20 + i)
-            g = mi.run_gd(prob, p["m"], p["eta"], T, act=p["act"], generator=200 + i)
-            out.update({f"{tag}_gd{d}_{key}": g[key] for key in ("M", "train", "test")})
-            del prob
+            units.append({**base, "kind": "dmft", "tag": tag, "link": lk, "N": _even(p["N_eh"]), "antithetic": False})
+        units += [{**base, "kind": "gd", "tag": tag, "link": lk, "d": d, "trials": p["seeds"], "data_seed": 20 + i,
+                   "init_seed": 200 + i} for i, d in enumerate(p["ds_eh"])]
+    return units
+
+
+def _eh_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
+    out = {}
+    for u, r in zip(units, results):
+        t = u["tag"]
+        if u["kind"] == "gd":
+            out.update({f"{t}_gd{u['d']}_{k}": r[k] for k in ("M", "train", "test")})
+        elif u["antithetic"]:
+            out.update({f"{t}_dm_M": r["M"], f"{t}_dm_train": r["train"], f"{t}_dm_test": r["test"]})
+        else:
+            out[f"{t}_plain_M"] = r["M"]
     return out
+
+
+@experiment(SECTION, keys=["act", "m", "delta", "eta", "T_eh", "ds_eh", "seeds", "N_eh"], units=_eh_units,
+            reduce=_eh_reduce, cost=_traj_cost, shrink=_shrink)
+def easy_hard(u, device):
+    """Random init. Phase retrieval: DMFT with antithetic paths (M ≡ 0) or plain paths (a spurious M of order
+    N^{-1/2}), GD overlaps at each d. Staircase y = z₁ + z₂²: DMFT (antithetic in z₂) and GD overlaps with both
+    latent directions. One unit is one DMFT or one GD at one d."""
+    if u["kind"] == "dmft":
+        a = dmft.run_dmft(u["act"], u["link"], u["delta"], u["eta"], u["T"], u["N"], u["m"],
+                          antithetic=u["antithetic"], device=device, generator=3000)
+        return {k: a[k] for k in ("M", "train", "test")}
+    d = u["d"]
+    prob = mi.sample_problem(d, int(round(u["delta"] * d)), mi.link(u["link"]).k, u["link"], trials=u["trials"],
+                             device=device, dtype=torch.float32, generator=u["data_seed"])
+    g = mi.run_gd(prob, u["m"], u["eta"], u["T"], act=u["act"], generator=u["init_seed"])
+    return {k: g[k] for k in ("M", "train", "test")}
 
 
 # --- benchmarks ------------------------------------------------------------------------------------------------------

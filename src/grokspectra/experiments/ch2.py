@@ -90,8 +90,7 @@ def _law_summary(G, zeta, delta, xs, n_plot):
     return o, e_dens, rho
 
 
-@experiment(SECTION, keys=["act", "m", "link", "eta", "deltas", "times", "d", "N", "N_plot", "n_x", "seed"],
-            modules=MODULES)
+@experiment(SECTION, keys=["act", "m", "link", "eta", "deltas", "times", "d", "N", "N_plot", "n_x", "seed"])
 def bulk(p, device):
     """R2 set-up: empirical Hessian spectra of GD vs the bulk law from the empirical D_i and from the DMFT law G_t."""
     deltas, times = p["deltas"], p["times"]
@@ -135,7 +134,7 @@ def bulk(p, device):
     return out
 
 
-@experiment(SECTION, keys=["act", "m", "eta", "deltas", "times", "d", "N_caveat", "seed"], modules=MODULES)
+@experiment(SECTION, keys=["act", "m", "eta", "deltas", "times", "d", "N_caveat", "seed"])
 def caveat(p, device):
     """y = z² (brief §5.5) at the largest δ and last t: GD spectrum, localisation of its lowest modes, and the left
     edge of the law of D(u; y) as the law's sample size grows (DMFT law and the empirical D_i, sub-sampled)."""

@@ -75,7 +75,6 @@ SCHEMA = Schema(
     Param("dlin_hi", float, lo=0.5, hi=100.0, help="upper end of the δ_lin bracket"),
     Param("seed", int, lo=0, hi=10**6, help="random seed"),
 )
-MODULES = ["grokspectra.multiindex", "grokspectra.dmft", "grokspectra.hessian", "grokspectra.spectral"]
 STUDENTS = {"quad": dict(act="quad", m=1, eta=0.1, link="pr_clip"), "gelu": dict(act="gelu", m=2, eta=2.0, link="pr_tanh")}
 
 
@@ -94,8 +93,7 @@ def _outlier_row(G, zeta, delta):
     return [o["root"] if o["exists"] else np.nan, o["overlap"] if o["exists"] else np.nan, o["edge"], o["phi_edge"]]
 
 
-@experiment(SECTION, keys=["quad_t", "gelu_t", "out_d", "out_N", "out_seeds", "quad_deltas", "gelu_deltas", "seed"],
-            modules=MODULES)
+@experiment(SECTION, keys=["quad_t", "gelu_t", "out_d", "out_N", "out_seeds", "quad_deltas", "gelu_deltas", "seed"])
 def outliers(p, device):
     """Lowest eigenpair of the GD Hessian vs the outlier equation (eq. app-outlier, app-overlap), for ``out_seeds``
     independent GD runs per δ, each against the outlier equation on **its own** empirical law of the weights D_i;
@@ -185,8 +183,7 @@ DNN_FIELDS = ("delta_nn", "lo", "hi", "noise_limited", "root_mc_se", "edge", "ed
 
 
 @experiment(SECTION, keys=["dnn_acts", "dnn_ms", "dnn_links", "dnn_scales", "dnn_times", "dnn_N", "dnn_Nmax",
-                           "dnn_reps", "dnn_rtol", "dnn_lo", "dnn_hi", "eta_quad", "eta_gelu", "seed"],
-            modules=MODULES + ["grokspectra.transitions"])
+                           "dnn_reps", "dnn_rtol", "dnn_lo", "dnn_hi", "eta_quad", "eta_gelu", "seed"])
 def dnn(p, device):
     """δ_NN(t) [act, m, link, scale, t] by noise-controlled bisection in δ on the Hessian criterion (eq.
     app-weights–app-outlier; :func:`_dnn_cell`). Fields (each [act, m, link, scale, t]): ``delta_nn`` (geometric
@@ -212,7 +209,7 @@ def dnn(p, device):
     return out
 
 
-@experiment(SECTION, keys=["alg_deltas", "alg_d", "alg_trials", "seed"], modules=MODULES)
+@experiment(SECTION, keys=["alg_deltas", "alg_d", "alg_trials", "seed"])
 def alg(p, device):
     """δ_alg: the spectral method with T(y) = 1 − 1/y (Luo–Alghamdi–Lu) for y = z². Theory: bisection on the top
     outlier (m = 1, G = T(y), ζ = z, Gauss–Hermite law) and the predicted overlap at each δ; finite d: overlap of the
@@ -240,7 +237,7 @@ def alg(p, device):
             "lo": th["lo"], "hi": th["hi"]}
 
 
-@experiment(SECTION, keys=["lin_deltas", "lin_T", "lin_N", "seed"], modules=MODULES)
+@experiment(SECTION, keys=["lin_deltas", "lin_T", "lin_N", "seed"])
 def linear(p, device):
     """Linearised DMFT trajectories (eq. app-lin): Quad m = 1, y = min(z², 6), η = 0.1, antithetic, M_0 = 10⁻³."""
     Ms = []
@@ -258,8 +255,7 @@ def _settle_times(T: int, lag: int) -> list[int]:
     return sorted({t for t in SETTLE_TIMES if t <= T} | {T - lag, T})
 
 
-@experiment(SECTION, keys=["settle_delta", "settle_lams", "settle_T", "settle_N", "settle_lag", "eta_quad", "seed"],
-            modules=MODULES)
+@experiment(SECTION, keys=["settle_delta", "settle_lams", "settle_T", "settle_N", "settle_lag", "eta_quad", "seed"])
 def settle(p, device):
     """Does the first phase settle? Quad m = 1, y = min(z², 6), random init (hard overlap exactly 0, antithetic),
     for each ridge λ and two independent path sets: Q_⊥(t, t), the train risk at every step, and the left edge of
@@ -296,7 +292,7 @@ def lin_rate(delta: float, T: int, N: int, rep: int, *, eta: float, seed: int, d
 
 
 @experiment(SECTION, keys=["dlin_horizons", "dlin_N0", "dlin_Nmax", "dlin_reps", "dlin_rtol", "dlin_lo", "dlin_hi",
-                           "eta_quad", "seed"], modules=MODULES + ["grokspectra.transitions"])
+                           "eta_quad", "seed"])
 def dlin(p, device):
     """δ_lin(T): the root in δ of the late growth c_T(δ) of the linearised DMFT (:func:`lin_rate`), by
     ``transitions.noisy_bisect`` (replicate path sets, paths doubled while the sign is undecided), for every

@@ -46,7 +46,6 @@ SCHEMA = Schema(
     Param("dtype", str, choices=("float32", "float64"), help="GD precision"),
 )
 
-MODULES = ["grokspectra.multiindex", "grokspectra.spectral", "grokspectra.transitions"]
 
 
 
@@ -87,7 +86,7 @@ def _gd_sweep_one(act, m, eta, d, deltas, p, lk, dev, dt, gen_seed):
 
 
 @experiment(SECTION, keys=["students", "link", "clip", "d_list", "deltas", "seeds", "T", "threshold", "n_test",
-                           "seed", "dtype"], modules=MODULES)
+                           "seed", "dtype"])
 def sweep(p: dict, device: torch.device) -> dict:
     """Success of GD from random init against δ, for every student and d (chapter 4 protocol).
 
@@ -163,8 +162,7 @@ def spectral_dense(Theta_star, link_, n_spec: int, preprocess, *, generator) -> 
     return extreme_eigvecs(C, "top")[1][..., 0].to(Theta_star.dtype)
 
 
-@experiment(SECTION, keys=["link", "clip", "d_list", "spec_deltas", "seeds", "seed", "dtype"],
-            modules=MODULES)
+@experiment(SECTION, keys=["link", "clip", "d_list", "spec_deltas", "seeds", "seed", "dtype"])
 def spectral_curve(p: dict, device: torch.device) -> dict:
     """The spectral method's own finite-d curve (Mondelli–Montanari 2017).
 
@@ -198,7 +196,7 @@ def spectral_curve(p: dict, device: torch.device) -> dict:
 
 
 @experiment(SECTION, keys=["students", "link", "clip", "init_d", "init_deltas", "seeds", "init_T", "n_test",
-                           "spec_iters", "seed", "dtype"], modules=MODULES)
+                           "spec_iters", "seed", "dtype"])
 def init_compare(p: dict, device: torch.device) -> dict:
     """Random vs warm (spectral, sample-split) initialisation of the first student at d = ``init_d``.
 

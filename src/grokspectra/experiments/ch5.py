@@ -86,7 +86,7 @@ def predicted_escape(t0: float, lam, ov, mv, eta: float, threshold: float):
 
 
 @experiment(SECTION, keys=["student", "link", "clip", "grok_delta", "below_delta", "d_list", "seeds", "T",
-                           "hess_every", "hess_T", "hess_dmax", "n_test", "seed", "dtype"], modules=MODULES)
+                           "hess_every", "hess_T", "hess_dmax", "n_test", "seed", "dtype"])
 def curves(p: dict, device: torch.device) -> dict:
     """Grokking curves (chapter 5) at δ = grok_delta and the control δ = below_delta, for each d, with Hessian
     snapshots along the same trajectories (eq. app-weights; eq. app-outlier).
@@ -138,7 +138,7 @@ def curves(p: dict, device: torch.device) -> dict:
 
 
 @experiment(SECTION, keys=["student", "link", "clip", "tgrok_d", "tgrok_deltas", "tgrok_seeds", "tgrok_T", "t0",
-                           "n_test", "seed", "dtype"], modules=MODULES)
+                           "n_test", "seed", "dtype"])
 def tgrok(p: dict, device: torch.device) -> dict:
     """Time to grok against δ (chapter 5: divergence as δ ↓ δ_NN) with the Hessian at the plateau time t0, from
     which eq. ch5-tgrok predicts each run's escape (:func:`predicted_escape`).

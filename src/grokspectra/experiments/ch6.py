@@ -24,6 +24,7 @@ from .. import modadd, repulsion
 from ..device import device_name, get_device, synchronize
 from ..params import Param, Schema
 from ..report import Claim, fmt
+from .. import sweep
 from . import experiment
 
 SECTION = "ch6_repulsion"
@@ -53,63 +54,117 @@ LOGS = ("train_acc", "test_acc", "train_loss", "test_loss", "update_cos", "updat
         "gf_norm", "ftf_ratio", "rho_code", "rho_paper")
 
 
-def _thm6(res: dict, run_idx: list[int], epochs: list[int], p: dict, act: str, device) -> dict[str, np.ndarray]:
-    """Theorem-6 statistics [len(run_idx), len(epochs)] from the engine's kept weights, plus seed 0's pairs."""
+def _thm6(res: dict, run_idx: list[int], epochs: list[int], u: dict, act: str, device,
+          with_pairs: bool) -> dict[str, np.ndarray]:
+    """Theorem-6 statistics [len(run_idx), len(epochs)] from the engine's kept weights (and, with
+    ``with_pairs``, the most similar pairs of the first of these runs)."""
     out = {f"thm6_{k}": np.full((len(run_idx), len(epochs)), np.nan) for k in STATS}
-    out["pairs_sim"] = np.full((len(epochs), p["top_pairs"]), np.nan)
-    out["pairs_B"] = np.full((len(epochs), p["top_pairs"]), np.nan)
+    if with_pairs:
+        out["pairs_sim"] = np.full((len(epochs), u["top_pairs"]), np.nan)
+        out["pairs_B"] = np.full((len(epochs), u["top_pairs"]), np.nan)
     for i, r in enumerate(run_idx):
-        d = modadd.make_data(p["M"], p["n_train"], int(res["seeds"][r]))
+        d = modadd.make_data(u["M"], u["n_train"], int(res["seeds"][r]))
         for e, ep in enumerate(epochs):
             W = res["W_at"][e, r].to(device)
             F = modadd.hidden(W, d["a_tr"], d["b_tr"], act)
-            st = repulsion.checkpoint(F, float(res["etas"][r]), top=p["top_pairs"], n_exact=p["n_exact"])
+            st = repulsion.checkpoint(F, float(res["etas"][r]), top=u["top_pairs"], n_exact=u["n_exact"])
             for k in STATS:
                 out[f"thm6_{k}"][i, e] = float(st[k])
-            if i == 0:
+            if with_pairs and i == 0:
                 out["pairs_sim"][e] = st["sim"].cpu().numpy()
                 out["pairs_B"][e] = st["B"].cpu().numpy()
     return out
 
 
-@experiment(SECTION, keys=["M", "K", "n_train", "eta", "seeds", "epochs", "gram_every", "gram_dense", "thm6_seeds",
-                           "thm6_epochs", "top_pairs", "n_exact"], modules=["grokspectra.modadd", "grokspectra.repulsion"])
-def x2runs(p: dict, device: torch.device) -> dict[str, np.ndarray]:
-    """Fig. 3 (σ = x², η vs 0, seeds 0…S−1) and Theorem 6 on the first ``thm6_seeds`` grokking runs."""
+SEED_BLOCK = 3  # runs per unit: ≈ 1–3 min per unit at paper scale on 2 CPU cores
+
+
+def _train_thm6(u: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """One unit: train a block of runs (one activation, one η) keeping the weights at the Theorem-6 checkpoints,
+    log Tian's Fig. 3 diagnostics, and compute Theorem 6 on the runs whose seed is below ``thm6_below``."""
+    R = len(u["seeds"])
+    eps = u["thm6_epochs"]
+    res = modadd.train(u["M"], u["K"], u["n_train"], u["act"], [u["eta"]] * R, u["seeds"], u["epochs"],
+                       device=device, gram_every=u["gram_every"], gram_dense=u["gram_dense"],
+                       keep_F_epochs=eps if u["thm6_below"] > 0 else [])
+    out = {k: res[k].numpy() for k in u["logs"]}
+    out.update(gram_epochs=res["gram_epochs"].numpy(), etas=res["etas"].numpy(), seeds=res["seeds"].numpy(),
+               train_wall_s=res["wall_s"].numpy().reshape(1))
+    idx = [i for i, s in enumerate(u["seeds"]) if s < u["thm6_below"]]
+    if idx:
+        out.update(_thm6(res, idx, eps, u, u["act"], device, with_pairs=0 in u["seeds"]))
+    return out
+
+
+def _units(p: dict, act: str, arms: list[float], S: int, epochs: int, eps: list[int], thm6_below: list[int],
+           gram_every: int, gram_dense: int, logs) -> list[dict]:
+    base = {"M": p["M"], "K": p["K"], "n_train": p["n_train"], "act": act, "epochs": epochs, "thm6_epochs": eps,
+            "top_pairs": p["top_pairs"], "n_exact": p["n_exact"], "gram_every": gram_every,
+            "gram_dense": gram_dense, "logs": list(logs)}
+    return [{**base, "eta": eta, "seeds": blk, "thm6_below": below}
+            for eta, below in zip(arms, thm6_below) for blk in sweep.blocks(range(S), SEED_BLOCK)]
+
+
+def _reduce(p: dict, units: list[dict], results: list[dict]) -> dict[str, np.ndarray]:
+    """Per-run logs joined in unit order; Theorem-6 rows of the units that have them; the pairs of seed 0."""
+    per_run = [{k: v for k, v in r.items() if not k.startswith(("thm6_", "pairs_", "train_wall"))} for r in results]
+    out = sweep.concat_runs(per_run, shared=("gram_epochs",))
+    thm = [r for r in results if "thm6_sign_match" in r]
+    for k in STATS:
+        out[f"thm6_{k}"] = np.concatenate([r[f"thm6_{k}"] for r in thm], 0)
+    for r in thm:
+        if "pairs_sim" in r:
+            out["pairs_sim"], out["pairs_B"] = r["pairs_sim"], r["pairs_B"]
+    out["thm6_epochs"] = np.array(units[0]["thm6_epochs"])
+    out["train_wall_s"] = np.array(sum(float(r["train_wall_s"].sum()) for r in results))
+    return out
+
+
+def _cost(u: dict) -> float:
+    return len(u["seeds"]) * u["epochs"] * (1 + 0.5 * (u["thm6_below"] > 0))
+
+
+def _shrink(u: dict) -> dict:
+    return {**u, "seeds": u["seeds"][:1], "epochs": 10, "thm6_epochs": [10], "thm6_below": 0}
+
+
+def _x2_units(p: dict) -> list[dict]:
     S = p["seeds"]
     if p["thm6_seeds"] > S:
         raise ValueError(f"thm6_seeds={p['thm6_seeds']} exceeds seeds={S}: Theorem 6 reuses the Fig. 3 runs")
     eps = sorted(set(p["thm6_epochs"]))
     if eps[-1] > p["epochs"]:
         raise ValueError(f"thm6_epochs {eps} go beyond epochs={p['epochs']}")
-    seeds = list(range(S)) * 2
-    etas = [p["eta"]] * S + [0.0] * S
-    res = modadd.train(p["M"], p["K"], p["n_train"], "x2", etas, seeds, p["epochs"], device=device,
-                       gram_every=p["gram_every"], gram_dense=p["gram_dense"], keep_F_epochs=eps)
-    out = {k: res[k].numpy() for k in LOGS}
-    out.update(gram_epochs=res["gram_epochs"].numpy(), etas=res["etas"].numpy(), seeds=res["seeds"].numpy(),
-               thm6_epochs=np.array(eps), train_wall_s=res["wall_s"].numpy())
-    out.update(_thm6(res, list(range(p["thm6_seeds"])), eps, p, "x2", device))
-    return out
+    return _units(p, "x2", [p["eta"], 0.0], S, p["epochs"], eps, [p["thm6_seeds"], 0], p["gram_every"],
+                  p["gram_dense"], LOGS)
 
 
-@experiment(SECTION, keys=["M", "K", "n_train", "eta", "relu_seeds", "relu_epochs", "relu_thm6_epochs", "top_pairs",
-                           "n_exact"], modules=["grokspectra.modadd", "grokspectra.repulsion"])
-def relu(p: dict, device: torch.device) -> dict[str, np.ndarray]:
-    """σ = ReLU runs (η, seeds 0…R−1), trained with ReLU, and their Theorem-6 statistics."""
+@experiment(SECTION, keys=["M", "K", "n_train", "eta", "seeds", "epochs", "gram_every", "gram_dense", "thm6_seeds",
+                           "thm6_epochs", "top_pairs", "n_exact"], units=_x2_units, reduce=_reduce, cost=_cost,
+            shrink=_shrink)
+def x2runs(u: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """Fig. 3 of {cite}`tian2025li2` (σ = x², η vs 0, seeds 0…S−1) and Theorem 6 on the first ``thm6_seeds``
+    grokking runs; one unit per (arm, block of seeds)."""
+    return _train_thm6(u, device)
+
+
+def _relu_units(p: dict) -> list[dict]:
     eps = sorted(set(p["relu_thm6_epochs"]))
     if eps[-1] > p["relu_epochs"]:
         raise ValueError(f"relu_thm6_epochs {eps} go beyond relu_epochs={p['relu_epochs']}")
     R = p["relu_seeds"]
-    res = modadd.train(p["M"], p["K"], p["n_train"], "relu", [p["eta"]] * R, list(range(R)), p["relu_epochs"],
-                       device=device, gram_every=50, gram_dense=0, keep_F_epochs=eps)
-    out = {k: res[k].numpy() for k in ("train_acc", "test_acc", "rho_code")}
-    out.update(thm6_epochs=np.array(eps), gram_epochs=res["gram_epochs"].numpy(), train_wall_s=res["wall_s"].numpy())
-    out.update(_thm6(res, list(range(R)), eps, p, "relu", device))
-    return out
+    return _units(p, "relu", [p["eta"]], R, p["relu_epochs"], eps, [R], 50, 0, ("train_acc", "test_acc", "rho_code"))
 
 
-@experiment(SECTION, keys=["eta"], modules=["grokspectra.repulsion"])
+@experiment(SECTION, keys=["M", "K", "n_train", "eta", "relu_seeds", "relu_epochs", "relu_thm6_epochs", "top_pairs",
+                           "n_exact"], units=_relu_units, reduce=_reduce, cost=_cost, shrink=_shrink)
+def relu(u: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """σ = ReLU runs (η, seeds 0…R−1), trained with ReLU, and their Theorem-6 statistics; one unit per seed
+    block."""
+    return _train_thm6(u, device)
+
+
+@experiment(SECTION, keys=["eta"])
 def identity(p: dict, device: torch.device) -> dict[str, np.ndarray]:
     """Brief §2.3 on random x² features (n = 40 < K = 56, so F̃ᵀF̃ is singular), every pair j < ℓ, float64:
     max relative gap between B_jℓ and (S⁻¹)_jℓ (Schur complement with the exact P_{η,−jℓ}), the fraction of pairs
@@ -271,8 +326,36 @@ XU_RELU = {100: 0.91, 300: 0.995, 500: 1.000}
 
 
 # --- benchmark -------------------------------------------------------------------------------------------------
-XU_CPU_S_PER_RUN_EPOCH = 1.29  # brief §7: Xu's script on a 2-core CPU
-XU_H200_S_PER_RUN = 6.5  # issue 3: ≈ 6.5 s per 400-epoch run on an H200
+def modadd_floor(R: int, M: int, K: int, n: int, device: torch.device, reps: int = 3) -> dict[str, float]:
+    """The floor of one training epoch of R runs, measured here with plain torch calls of the engine's sizes:
+    the FLOP-bound products (forward on all M² pairs, [M²,K]·[K,M]; the three backward products of n×K) and the
+    memory-bound pass that builds the M²×K pre-activation grid; and, separately, one Gram diagnostic (FᵀF, n×K,
+    of which a symmetric product needs only half: timed as the full product / 2). Seconds per run-epoch (best of
+    ``reps``)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    mk = lambda *shape: torch.randn(*shape, generator=g).to(device)  # noqa: E731
+    Wt, V = mk(R, 2 * M, K), mk(R, M, K)
+    grid = torch.empty(R, M, M, K, device=device)
+    H = grid.view(R, M * M, K)
+    F, dO, XT = mk(R, n, K), mk(R, n, M), mk(R, 2 * M, n)
+
+    def best(fn) -> float:
+        fn()
+        out = float("inf")
+        for _ in range(reps):
+            synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(device)
+            out = min(out, time.perf_counter() - t0)
+        return out / R
+
+    t_grid = best(lambda: torch.add(Wt[:, :M, None, :], Wt[:, None, M:, :], out=grid))
+    t_fwd = best(lambda: torch.bmm(H, V.transpose(1, 2)))
+    t_bwd = best(lambda: (torch.bmm(dO.transpose(1, 2), F), torch.bmm(XT, torch.bmm(dO, V))))
+    t_gram = best(lambda: torch.bmm(F.transpose(1, 2), F)) / 2
+    return {"grid_s": t_grid, "forward_s": t_fwd, "backward_s": t_bwd, "epoch_floor_s": t_grid + t_fwd + t_bwd,
+            "gram_floor_s": t_gram}
 
 
 def bench_modadd(device: str = "auto", quick: bool = False) -> dict:
@@ -322,13 +405,17 @@ def bench_modadd(device: str = "auto", quick: bool = False) -> dict:
         measured = "measured"
     per = total / (runs * E)
     cpu = time.process_time() - c0
+    fl = modadd_floor(2 if quick else runs, M, K, n, dev)
+    floor_total = runs * ((E + 1) * fl["epoch_floor_s"] + n_gram * fl["gram_floor_s"])
+    extra.update({"floor_s_per_run_epoch": round(fl["epoch_floor_s"], 5), "floor_s_per_gram": round(fl["gram_floor_s"], 5),
+                  "floor_total_s": round(floor_total, 2), "ratio_to_floor": round(total / floor_total, 2),
+                  "floor_note": "plain torch products and grid pass of the engine's sizes, measured in this run"})
     return {
         "benchmark": "modadd: 30 runs x 400 epochs (M=71, K=2048, n=2016, x2) with all diagnostics",
         "device": device_name(dev), "how": measured, "gram_epochs_per_run": n_gram,
         "total_s": round(total, 2), "process_cpu_s_of_this_command": round(cpu, 2),
         "gram_schedule": f"every epoch to {GD}, then every {GE}", "s_per_run_epoch": round(per, 5), "s_per_400_epoch_run": round(per * E, 3),
-        "xu_cpu_s_per_run_epoch": XU_CPU_S_PER_RUN_EPOCH, "speedup_vs_xu_cpu": round(XU_CPU_S_PER_RUN_EPOCH / per, 1),
-        "xu_h200_s_per_run": XU_H200_S_PER_RUN, "target_s": 1200 if dev.type == "cpu" else 10,
+        "target_s": 1200 if dev.type == "cpu" else 10,
         "load_avg_1min": round(os.getloadavg()[0], 2),  # > core count: other processes shared the CPU
         **extra,
     }

@@ -22,10 +22,10 @@ import torch
 
 from .. import lockin, modadd
 from ..params import Param, Schema
+from .. import sweep
 from . import experiment
 
 SECTION = "ch7_lockin"
-MODULES = ["grokspectra.modadd", "grokspectra.lockin"]
 K_EIGS = 5
 
 SCHEMA = Schema(
@@ -80,10 +80,7 @@ def _logs(out: dict) -> dict[str, np.ndarray]:
     return {k: out[k].numpy() for k in keep}
 
 
-def _train(p: dict, device, *, M, act, etas, seeds, epochs, band, n=None) -> dict:
-    return modadd.train(M, p["K"], n if n is not None else n_train(M, p["frac"]), act, etas, seeds, epochs,
-                        device=device, dtype=torch.float32, gram_every=p["gram_every"],
-                        gram_dense=p["gram_dense"], band=band, progress=True)
+SEED_BLOCK = 3  # runs per unit: ≈ 1–4 min per unit at paper scale on 2 CPU cores
 
 
 def _check_windows(p: dict) -> list[int]:
@@ -93,76 +90,137 @@ def _check_windows(p: dict) -> list[int]:
     return ws
 
 
-@experiment(SECTION, keys=["M", "K", "frac", "eta", "seeds", "epochs", "window", "windows", "band", "gram_every",
-                           "gram_dense"], modules=MODULES)
-def headline(p: dict, device: torch.device) -> dict[str, np.ndarray]:
-    """x² network, η = ``eta`` (grok arm, runs 0…S−1) vs η = 0 (control, runs S…2S−1) on the same seeds 0…S−1
-    (brief §3.1, §3.3, §3.5, §3.8): logs, ρ_tian and rolling σ₁…σ₅ for every window of the window sweep."""
-    ws = _check_windows(p)
+def _runs_units(p: dict, arms: list[tuple[str, float]], seeds: list[int], epochs: int, windows: list[int],
+                dV_window: int | None, *, M: int | None = None, n: int | None = None) -> list[dict]:
+    """One unit per (arm, block of seeds): everything the training of that block needs."""
+    M = p["M"] if M is None else M
+    base = {"M": M, "K": p["K"], "n": n_train(M, p["frac"]) if n is None else n, "epochs": epochs,
+            "band": max(windows), "windows": windows, "dV_window": dV_window, "gram_every": p["gram_every"],
+            "gram_dense": p["gram_dense"]}
+    return [{**base, "act": act, "eta": eta, "seeds": blk} for act, eta in arms for blk in sweep.blocks(seeds, SEED_BLOCK)]
+
+
+def _runs_reduce(p: dict, units: list[dict], results: list[dict]) -> dict[str, np.ndarray]:
+    return sweep.concat_runs(results, shared=("gram_epochs",))
+
+
+def _runs_cost(u: dict) -> float:
+    """Run-epochs × the size of one epoch's work (∝ M²K for the forward pass on every pair)."""
+    return len(u["seeds"]) * u["epochs"] * u["M"] ** 2 * u["K"] / (71 ** 2 * 2048)
+
+
+def _runs_shrink(u: dict) -> dict:
+    return {**u, "seeds": u["seeds"][:1], "epochs": min(u["epochs"], 2 * u["band"] + 2)}
+
+
+def _train_unit(u: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """Train one block of runs (x² or ReLU, one η) and reduce it to the logs and rolling σ₁…σ₅ spectra."""
+    out = modadd.train(u["M"], u["K"], u["n"], u["act"], [u["eta"]] * len(u["seeds"]), u["seeds"], u["epochs"],
+                       device=device, dtype=torch.float32, gram_every=u["gram_every"], gram_dense=u["gram_dense"],
+                       band=u["band"], progress=True)
+    return {**_logs(out), **_spectra(out, u["windows"], u["dV_window"])}
+
+
+UNITS = dict(reduce=_runs_reduce, cost=_runs_cost, shrink=_runs_shrink)
+
+
+def _headline_units(p: dict) -> list[dict]:
     S = p["seeds"]
-    out = _train(p, device, M=p["M"], act="x2", etas=[p["eta"]] * S + [0.0] * S, seeds=list(range(S)) * 2,
-                 epochs=p["epochs"], band=p["band"])
-    return {**_logs(out), **_spectra(out, ws, p["window"])}
+    return _runs_units(p, [("x2", p["eta"]), ("x2", 0.0)], list(range(S)), p["epochs"], _check_windows(p),
+                       p["window"])
+
+
+@experiment(SECTION, keys=["M", "K", "frac", "eta", "seeds", "epochs", "window", "windows", "band", "gram_every",
+                           "gram_dense"], units=_headline_units, **UNITS)
+def headline(u: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """x² network, η = ``eta`` (grok arm, runs 0…S−1) vs η = 0 (control, runs S…2S−1) on the same seeds 0…S−1
+    ({cite}`xu2026repulsion`, §3): logs, ρ_tian and rolling σ₁…σ₅ for every window of the window sweep. One
+    unit is one (arm, block of seeds)."""
+    return _train_unit(u, device)
+
+
+def _relu_units(p: dict) -> list[dict]:
+    return _runs_units(p, [("relu", p["eta"]), ("relu", 0.0)], list(range(p["relu_seeds"])), p["relu_epochs"],
+                       [p["window"]], p["window"])
 
 
 @experiment(SECTION, keys=["M", "K", "frac", "eta", "relu_seeds", "relu_epochs", "window", "gram_every",
-                           "gram_dense"], modules=MODULES)
-def relu(p: dict, device: torch.device) -> dict[str, np.ndarray]:
-    """ReLU network, η = ``eta`` vs η = 0 on seeds 0…S−1, ``relu_epochs`` epochs (brief §3.7)."""
-    S = p["relu_seeds"]
-    out = _train(p, device, M=p["M"], act="relu", etas=[p["eta"]] * S + [0.0] * S, seeds=list(range(S)) * 2,
-                 epochs=p["relu_epochs"], band=p["window"])
-    return {**_logs(out), **_spectra(out, [p["window"]], p["window"])}
+                           "gram_dense"], units=_relu_units, **UNITS)
+def relu(u: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """ReLU network, η = ``eta`` vs η = 0 on seeds 0…S−1, ``relu_epochs`` epochs; one unit per (arm, seed block)."""
+    return _train_unit(u, device)
+
+
+def _sweep_units(p: dict) -> list[dict]:
+    return _runs_units(p, [("x2", e) for e in p["sweep_etas"]], list(range(p["sweep_seeds"])), p["sweep_epochs"],
+                       [p["window"]], None)
 
 
 @experiment(SECTION, keys=["M", "K", "frac", "sweep_etas", "sweep_seeds", "sweep_epochs", "window", "gram_every",
-                           "gram_dense"], modules=MODULES)
-def eta_sweep(p: dict, device: torch.device) -> dict[str, np.ndarray]:
-    """x² runs for every η in ``sweep_etas`` × seeds 0…S−1 (η-major order), ``sweep_epochs`` epochs
-    (brief §3.6 η-sweep table)."""
-    S, etas = p["sweep_seeds"], p["sweep_etas"]
-    out = _train(p, device, M=p["M"], act="x2", etas=[e for e in etas for _ in range(S)],
-                 seeds=list(range(S)) * len(etas), epochs=p["sweep_epochs"], band=p["window"])
-    return {**_logs(out), **_spectra(out, [p["window"]])}
+                           "gram_dense"], units=_sweep_units, **UNITS)
+def eta_sweep(u: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """x² runs for every η in ``sweep_etas`` × seeds 0…S−1 (η-major order), ``sweep_epochs`` epochs; one unit
+    per (η, seed block)."""
+    return _train_unit(u, device)
+
+
+def _long_units(p: dict) -> list[dict]:
+    return _runs_units(p, [("x2", p["long_eta"])], [p["long_seed"]], p["long_epochs"], [p["window"]], None)
 
 
 @experiment(SECTION, keys=["M", "K", "frac", "long_eta", "long_seed", "long_epochs", "window", "gram_every",
-                           "gram_dense"], modules=MODULES)
-def eta_long(p: dict, device: torch.device) -> dict[str, np.ndarray]:
-    """One x² run at η = ``long_eta`` for ``long_epochs`` epochs (brief §3.6: Xu's η = 1e-5, 2000-epoch run)."""
-    out = _train(p, device, M=p["M"], act="x2", etas=[p["long_eta"]], seeds=[p["long_seed"]],
-                 epochs=p["long_epochs"], band=p["window"])
-    return {**_logs(out), **_spectra(out, [p["window"]])}
+                           "gram_dense"], units=_long_units, **UNITS)
+def eta_long(u: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """One x² run at η = ``long_eta`` for ``long_epochs`` epochs (Xu's η = 10⁻⁵, 2000-epoch run)."""
+    return _train_unit(u, device)
+
+
+def _grid_units(p: dict) -> list[dict]:
+    Ms, ps = p["grid_M"], p["grid_p"]
+    if len(p["grid_epochs"]) != len(Ms):
+        raise ValueError(f"grid_epochs {p['grid_epochs']} needs one entry per modulus in grid_M {Ms}")
+    out = []
+    for i, (M, E) in enumerate(zip(Ms, p["grid_epochs"])):
+        for j, frac in enumerate(ps):
+            for u in _runs_units(p, [("x2", p["eta"])], list(range(p["grid_seeds"])), E, [p["window"]], None,
+                                 M=M, n=n_train(M, frac)):
+                out.append({**u, "cell": [i, j]})
+    return out
+
+
+def _grid_reduce(p: dict, units: list[dict], results: list[dict]) -> dict[str, np.ndarray]:
+    """Arrays ``[len(grid_M), len(grid_p), seeds, ...]``, curves NaN-padded to the longest run."""
+    Ms, ps, S = p["grid_M"], p["grid_p"], p["grid_seeds"]
+    Emax = max(p["grid_epochs"])
+    shape = (len(Ms), len(ps), S)
+    out = {"test_acc": np.full(shape + (Emax + 1,), np.nan), "r23": np.full(shape + (Emax + 1,), np.nan),
+           "rho_fire": np.full(shape, np.nan), "rho_max": np.full(shape, np.nan)}
+    n = np.zeros((len(Ms), len(ps)), dtype=np.int64)
+    for u, r in zip(units, results):
+        i, j = u["cell"]
+        n[i, j] = u["n"]
+        s = np.asarray(u["seeds"])
+        E = u["epochs"]
+        out["test_acc"][i, j, s, :E + 1] = r["test_acc"]
+        out["r23"][i, j, s, :E + 1] = r["r23"]
+        out["rho_fire"][i, j, s] = r["rho_fire"]
+        out["rho_max"][i, j, s] = r["rho_max"]
+    return {**out, "n": n, "grid_M": np.array(Ms), "grid_p": np.array(ps), "grid_epochs": np.array(p["grid_epochs"])}
 
 
 @experiment(SECTION, keys=["K", "eta", "grid_M", "grid_p", "grid_seeds", "grid_epochs", "window", "gram_every",
-                           "gram_dense"], modules=MODULES)
-def grid(p: dict, device: torch.device) -> dict[str, np.ndarray]:
-    """M × p grid (brief §3.6 scaling sweep): for each modulus M (with its epoch count) and training fraction p,
-    ``grid_seeds`` x² runs at η = ``eta``. Per run: event epochs and late σ₂/σ₃; the test-accuracy and σ₂/σ₃
-    curves are kept NaN-padded to the longest run. Arrays are ``[len(grid_M), len(grid_p), seeds, ...]``."""
-    Ms, ps, S = p["grid_M"], p["grid_p"], p["grid_seeds"]
-    if len(p["grid_epochs"]) != len(Ms):
-        raise ValueError(f"grid_epochs {p['grid_epochs']} needs one entry per modulus in grid_M {Ms}")
-    Emax = max(p["grid_epochs"])
-    shape = (len(Ms), len(ps), S)
-    acc = np.full(shape + (Emax + 1,), np.nan)
-    r23 = np.full(shape + (Emax + 1,), np.nan)
-    rho_fire = np.full(shape, np.nan)
-    rho_max = np.full(shape, np.nan)
-    n = np.zeros((len(Ms), len(ps)), dtype=np.int64)
-    for i, (M, E) in enumerate(zip(Ms, p["grid_epochs"])):
-        for j, frac in enumerate(ps):
-            n[i, j] = n_train(M, frac)
-            out = _train(p, device, M=M, act="x2", etas=[p["eta"]] * S, seeds=list(range(S)), epochs=E,
-                         band=p["window"], n=int(n[i, j]))
-            acc[i, j, :, :E + 1] = out["test_acc"].numpy()
-            r23[i, j, :, :E + 1] = lockin.ratios(lockin.rolling_eigs(out["dW_band"], p["window"], 3))[1]
-            rho = out["rho_code"].numpy()
-            rho_fire[i, j] = lockin.rho_fire(rho, 0.075, out["gram_epochs"].numpy())
-            rho_max[i, j] = np.nanmax(np.where(np.isfinite(rho), rho, np.nan), axis=-1)
-    return {"test_acc": acc, "r23": r23, "rho_fire": rho_fire, "rho_max": rho_max, "n": n,
-            "grid_M": np.array(Ms), "grid_p": np.array(ps), "grid_epochs": np.array(p["grid_epochs"])}
+                           "gram_dense"], units=_grid_units, reduce=_grid_reduce, cost=_runs_cost, shrink=_runs_shrink)
+def grid(u: dict, device: torch.device) -> dict[str, np.ndarray]:
+    """M × p grid of grok rates (Xu's scaling sweep) at η = ``eta``; one unit per (M, p, seed block): per run the
+    test-accuracy and σ₂/σ₃ curves, the epoch ρ_tian first reaches 0.075 and its maximum."""
+    out = modadd.train(u["M"], u["K"], u["n"], "x2", [u["eta"]] * len(u["seeds"]), u["seeds"], u["epochs"],
+                       device=device, dtype=torch.float32, gram_every=u["gram_every"], gram_dense=u["gram_dense"],
+                       band=u["band"], progress=True)
+    rho = out["rho_code"].numpy()
+    return {"test_acc": out["test_acc"].numpy(),
+            "r23": lockin.ratios(lockin.rolling_eigs(out["dW_band"], u["windows"][0], 3))[1],
+            "rho_fire": lockin.rho_fire(rho, 0.075, out["gram_epochs"].numpy()),
+            "rho_max": np.nanmax(np.where(np.isfinite(rho), rho, np.nan), axis=-1)}
 
 
 # --- analysis shared by the notebook ------------------------------------------------------------------------

@@ -1,0 +1,243 @@
+"""Sweeps: an experiment as a list of small, separately stored units, run by any executor, resumable.
+
+An experiment declares its *units* (JSON-able dicts holding every parameter their computation needs, e.g. one
+(student, d, δ, block of seeds)) and a *reduction* that assembles the experiment's arrays from the units' arrays.
+:func:`run_units` computes the units the store does not hold yet and writes each one atomically as it finishes, so
+a run killed at any moment (``kill -9``) and started again computes only the missing units; since every unit is
+seeded from its own parameters, the assembled arrays equal those of an uninterrupted run.
+
+Executors (results identical whichever runs them):
+
+* :class:`InProcess` — this process, one unit after another (the default; ``make book`` and CI);
+* :class:`DaskExecutor` — ``dask.distributed`` workers: a ``LocalCluster`` of N processes on this machine
+  (``--workers N``) or an existing cluster (``--scheduler ADDRESS``). Workers compute units and send the arrays
+  back; this process writes the store, so workers need no shared file system.
+
+Chapters know nothing of executors: they only declare units and a reduction (:mod:`grokspectra.experiments`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from . import progress
+from .store import Result, Store, to_numpy
+
+
+class SweepError(RuntimeError):
+    """An executor could not be set up or lost its work (message names the address or the unit)."""
+
+
+def _compute(name: str, code: str, unit: dict, device: str, threads: int | None):
+    """Compute one unit of experiment ``name`` (runs in a worker process). Checks that the worker's code has the
+    same version as the client's, so a cluster with another checkout never mixes results."""
+    import torch
+
+    from . import experiments
+    from .device import device_name, get_device
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    exp = experiments.find(name)
+    if exp.code() != code:
+        raise SweepError(f"worker code version {exp.code()} of {name} differs from the client's {code}: "
+                         "install the same checkout on every worker")
+    dev = get_device(device)
+    t0 = time.perf_counter()
+    arrays = {k: to_numpy(v) for k, v in exp.fn(dict(unit), dev).items()}
+    return arrays, time.perf_counter() - t0, device_name(dev)
+
+
+class InProcess:
+    """Compute units here, one after another."""
+
+    name = "in-process"
+
+    def map(self, exp, units: Sequence[dict], device: str) -> Iterator[tuple[int, dict, float, str]]:
+        for i, u in enumerate(units):
+            arrays, wall, dev = _compute(exp.name, exp.code(), u, device, None)
+            yield i, arrays, wall, dev
+
+    def close(self) -> None:
+        pass
+
+
+class DaskExecutor:
+    """Compute units on ``dask.distributed`` workers; results come back as numpy arrays."""
+
+    def __init__(self, client, threads_per_worker: int = 1, owns_cluster: bool = False):
+        self.client, self.threads, self.owns = client, threads_per_worker, owns_cluster
+        self.name = f"dask {client.scheduler.address}"
+
+    def map(self, exp, units: Sequence[dict], device: str) -> Iterator[tuple[int, dict, float, str]]:
+        from distributed import as_completed
+
+        futs = {self.client.submit(_compute, exp.name, exp.code(), u, device, self.threads, pure=False,
+                                   key=f"{exp.name}-{i}-{time.time_ns()}"): i for i, u in enumerate(units)}
+        for fut in as_completed(futs):
+            arrays, wall, dev = fut.result()  # a lost worker's unit is rescheduled by dask; errors re-raise here
+            yield futs[fut], arrays, wall, dev
+
+    def close(self) -> None:
+        cluster = getattr(self.client, "cluster", None) if self.owns else None
+        self.client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def make_executor(workers: int | None = None, scheduler: str | None = None, timeout_s: float = 30.0):
+    """The in-process executor, a LocalCluster of ``workers`` processes (one torch thread each), or a client of
+    the Dask cluster at ``scheduler``. A scheduler that does not answer within ``timeout_s`` raises
+    :class:`SweepError` naming the address."""
+    if workers is None and scheduler is None:
+        return InProcess()
+    if workers is not None and scheduler is not None:
+        raise SweepError("give either --workers N (a local cluster) or --scheduler ADDRESS, not both")
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as err:  # pragma: no cover - dask is a pinned dependency
+        raise SweepError(f"dask.distributed is not installed ({err}); run `make venv`") from None
+    if scheduler is not None:
+        try:
+            client = Client(scheduler, timeout=f"{int(timeout_s)}s")
+        except (OSError, TimeoutError) as err:
+            raise SweepError(f"no Dask scheduler answered at {scheduler!r} within {timeout_s:.0f} s ({err})") from None
+        return DaskExecutor(client, threads_per_worker=1)
+    if workers < 1:
+        raise SweepError(f"--workers must be >= 1, got {workers}")
+    import logging
+
+    for name in ("distributed", "distributed.nanny", "distributed.scheduler", "distributed.worker"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GROKSPECTRA_THREADS": "1"}
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                           env=env)
+    return DaskExecutor(Client(cluster), threads_per_worker=1, owns_cluster=True)
+
+
+def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device: str = "auto",
+              executor=None, force: bool = False, show: bool = True) -> list[Result]:
+    """Load or compute every unit of ``exp``; return their results in order.
+
+    Stored units (current code, intact files) are loaded; the others are computed by ``executor`` and each is
+    written to the store as soon as it arrives, so an interruption loses at most the units in flight.
+    """
+    executor = executor or InProcess()
+    code = exp.code()
+    store.check_writable(profile, exp.name)
+    store.clean_partial(profile, exp.name)
+    results: list[Result | None] = [None] * len(units)
+    todo = []
+    for i, u in enumerate(units):
+        hit = None if force else store.load(exp.name, u, code, profile)
+        if hit is None:
+            todo.append(i)
+        else:
+            results[i] = hit
+    if todo:
+        bar = progress.bar(total=len(units), initial=len(units) - len(todo), desc=f"{exp.name} units",
+                           unit="unit", disable=not show)
+        try:
+            for j, arrays, wall, dev in executor.map(exp, [units[i] for i in todo], device):
+                i = todo[j]
+                extra = {"unit": i, "units": len(units), "cost": float(exp.cost_of(units[i]))}
+                results[i] = store.save(exp.name, units[i], code, profile, arrays, device=dev, wall_s=wall,
+                                        extra=extra)
+                bar.update(1)
+        finally:
+            bar.close()
+    return results  # type: ignore[return-value]
+
+
+def assemble(exp, params: Mapping, units: Sequence[dict], results: Sequence[Result], profile: str) -> Result:
+    """The experiment's result: its reduction of the units' arrays, with provenance merged from the units."""
+    arrays = exp.reduce_units(dict(params), list(units), [dict(r.arrays) for r in results])
+    metas = [r.meta for r in results]
+
+    def merged(key: str) -> str:
+        vals = sorted({str(m.get(key, "?")) for m in metas})
+        return vals[0] if len(vals) == 1 else " + ".join(vals)
+
+    from .store import canonical, make_key
+
+    meta = {"experiment": exp.name, "profile": profile, "params": canonical(dict(params)), "code": exp.code(),
+            "key": make_key(exp.name, params, exp.code()), "units": len(units), "device": merged("device"),
+            "commit": merged("commit"), "torch": merged("torch"),
+            "date": max(str(m.get("date", "")) for m in metas) if metas else "",
+            "wall_s": float(sum(float(m.get("wall_s", 0.0)) for m in metas))}
+    return Result({k: to_numpy(v) for k, v in arrays.items()}, meta)
+
+
+def estimate_rate(exp, store: Store, device: str = "auto", time_probe: bool = True) -> tuple[float, str]:
+    """Seconds per unit of cost for ``exp``: from its stored units (any profile, current code) when there are
+    some, else from timing the shrunken cheapest unit of its ``ci`` profile (``time_probe``). Returns
+    ``(rate, how)``; ``rate`` is NaN when neither is possible."""
+    if exp._cost is None and len(exp.units(exp.params(_ci(exp)))) <= 1:
+        # one unit whose size changes with the profile and no cost model: a timing would not scale
+        rates = [float(m["wall_s"]) for m in store.metas(exp.name) if m.get("code") == exp.code()
+                 and m.get("profile") == "paper"]
+        return (float(rates[0]), "stored") if rates else (float("nan"), "no cost model for this experiment")
+    rates = []
+    for m in store.metas(exp.name):
+        if m.get("code") == exp.code() and m.get("cost") and m.get("wall_s") == m.get("wall_s"):
+            rates.append(float(m["wall_s"]) / float(m["cost"]))
+    if rates:
+        return float(np.median(rates)), f"from {len(rates)} stored unit(s)"
+    if not time_probe:
+        return float("nan"), "no stored unit to time"
+    probe = exp.probe_unit()
+    if probe is None:
+        return float("nan"), "no probe unit"
+    arrays, wall, _ = _compute(exp.name, exp.code(), probe, device, None)
+    return wall / max(exp.cost_of(probe), 1e-12), f"timed a probe unit ({wall:.1f} s)"
+
+
+def blocks(seeds: Sequence[int], size: int) -> list[list[int]]:
+    """``seeds`` cut into consecutive blocks of at most ``size`` (the seed blocks of a sweep's units)."""
+    seeds = [int(s) for s in seeds]
+    return [seeds[i:i + size] for i in range(0, len(seeds), size)]
+
+
+def concat_runs(results: Sequence[Mapping[str, np.ndarray]], shared: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """Per-run arrays of several units joined along their first (run) axis, in unit order; the names in
+    ``shared`` (the same in every unit, e.g. the epochs of the Gram diagnostics) are taken from the first."""
+    out = {}
+    for k in results[0]:
+        out[k] = np.asarray(results[0][k]) if k in shared else np.concatenate([np.asarray(r[k]) for r in results], 0)
+    return out
+
+
+def _ci(exp) -> dict:
+    from .params import load_profile
+
+    return load_profile("ci", exp.section)
+
+
+def describe(unit: Mapping, width: int = 90) -> str:
+    """A one-line summary of a unit's parameters (lists shortened)."""
+    def short(v: Any) -> str:
+        if isinstance(v, list) and len(v) > 4:
+            return f"[{short(v[0])}…{short(v[-1])}]({len(v)})"
+        return str(v)
+
+    text = ", ".join(f"{k}={short(v)}" for k, v in unit.items())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def fmt_seconds(s: float) -> str:
+    if s != s:
+        return "?"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+

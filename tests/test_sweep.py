@@ -1,0 +1,277 @@
+"""Sweeps of separately stored units (grokspectra.sweep): executors agree, a killed sweep resumes where it
+stopped, code versions follow the code, overrides never land under a profile's name, status counts units, and
+damaged store entries are detected and recomputed."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from grokspectra import experiments as ex
+from grokspectra import store as st
+from grokspectra import sweep, version
+from grokspectra.params import load_profile
+
+REPO = Path(__file__).resolve().parents[1]
+ex.load_chapters()
+HEAD = ex.find("ch7.headline")
+# a tiny headline: 4 seeds per arm → units of 3 + 1 seeds, 4 units; a few seconds in all
+TINY = {**load_profile("ci", "ch7_lockin"), "M": 11, "K": 32, "seeds": 4, "epochs": 31, "band": 10,
+        "windows": [5, 10], "window": 5, "gram_every": 10, "gram_dense": 0, "device": "cpu"}
+ENV = {**os.environ, "GROKSPECTRA_THREADS": "1", "OMP_NUM_THREADS": "1", "GROKSPECTRA_PROGRESS": "0"}
+
+
+def _same(a: dict, b: dict) -> None:
+    assert sorted(a) == sorted(b)
+    for k in a:
+        np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=k)
+
+
+def test_units_cover_the_runs_in_order(tmp_path):
+    units = HEAD.units(HEAD.params(TINY))
+    assert [u["seeds"] for u in units] == [[0, 1, 2], [3], [0, 1, 2], [3]]
+    assert [u["eta"] for u in units] == [TINY["eta"]] * 2 + [0.0] * 2
+    r = HEAD.run(TINY, store=st.Store(tmp_path), show=False)
+    assert r["test_acc"].shape == (8, 32) and list(r["seeds"]) == [0, 1, 2, 3] * 2
+    assert r.meta["units"] == 4 and len(list(tmp_path.rglob("*.json"))) == 4
+
+
+def test_local_cluster_gives_identical_arrays(tmp_path):
+    """Bitwise, with the same torch thread count per unit (reductions split across threads round differently):
+    the local cluster's workers have one thread each, so the in-process run here does too."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a = HEAD.run(TINY, store=st.Store(tmp_path / "a"), show=False)
+    finally:
+        torch.set_num_threads(before)
+    exe = sweep.make_executor(workers=2)
+    try:
+        b = HEAD.run(TINY, store=st.Store(tmp_path / "b"), executor=exe, show=False)
+    finally:
+        exe.close()
+    _same(a.arrays, b.arrays)
+
+
+def test_killed_sweep_resumes_and_matches(tmp_path):
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the command line below (GROKSPECTRA_THREADS=1)
+    try:
+        ref = HEAD.run(TINY, store=st.Store(tmp_path / "ref"), show=False)
+    finally:
+        torch.set_num_threads(before)
+    store = tmp_path / "killed"
+    args = [sys.executable, "-m", "grokspectra", "run", "ch7.headline", "--profile", "ci", "--store", str(store),
+            "--device", "cpu"] + [x for k in ("M", "K", "seeds", "epochs", "band", "windows", "window",
+                                               "gram_every", "gram_dense")
+                                   for x in ("--set", f"{k}={json.dumps(TINY[k])}")]
+    proc = subprocess.Popen(args, env=ENV, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.time()
+    while not list(store.rglob("*.json")) and time.time() - t0 < 50:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = {p.name: p.stat().st_mtime_ns for p in store.rglob("*.json")}
+    assert 1 <= len(done) < 4, "the kill should land part-way through the sweep"
+    r = subprocess.run(args, env=ENV, cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    after = {p.name: p.stat().st_mtime_ns for p in store.rglob("*.json")}
+    assert len(after) == 4 and all(after[k] == v for k, v in done.items()), "stored units were recomputed"
+    profile = HEAD.profile_for(TINY)
+    got, n, total = HEAD.load(TINY, profile, st.Store(store))
+    assert (n, total) == (4, 4)
+    _same(ref.arrays, got.arrays)
+
+
+def _module(tmp_path, name: str, body: str):
+    import importlib.util
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(body))
+    spec = importlib.util.spec_from_file_location(f"grokspectra._{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+BASE = '''
+SCALE = 2.0
+
+def helper(x):
+    """Doubles x."""
+    return SCALE * x
+
+def unrelated(x):
+    return x - 1
+
+def unit(u, device):
+    """One unit."""
+    return {"y": helper(u["x"])}
+'''
+
+
+def test_code_version_follows_code_not_text(tmp_path):
+    docs = BASE.replace('"""Doubles x."""', '"""Multiplies x by two,\n    reworded."""').replace("return SCALE * x",
+                                                                                        "return SCALE  *  x  # c")
+    # modules of different names: compare the hashed texts, not the names
+    a = version.dependencies([_module(tmp_path, "v2", BASE).unit])
+    b = version.dependencies([_module(tmp_path, "v3", docs).unit])
+    assert list(a.values()) == list(b.values()), "docstrings, comments and spacing changed the version"
+    c = version.dependencies([_module(tmp_path, "v4", BASE.replace("SCALE = 2.0", "SCALE = 3.0")).unit])
+    assert sorted(c.values()) != sorted(a.values()), "a changed constant kept the version"
+    d = version.dependencies([_module(tmp_path, "v5", BASE.replace("return SCALE * x", "return SCALE * x + 0")).unit])
+    assert sorted(d.values()) != sorted(a.values()), "a changed expression kept the version"
+    e = version.dependencies([_module(tmp_path, "v6", BASE.replace("return x - 1", "return x - 2")).unit])
+    assert sorted(e.values()) == sorted(a.values()), "an edit to a function the unit never calls changed it"
+
+
+def test_real_experiment_version_ignores_its_docstring():
+    deps = version.dependencies(HEAD.roots())
+    assert "grokspectra.modadd.train" in deps and "grokspectra.experiments.ch7.runs_table" not in deps
+    assert "Train R = len(seeds) runs" not in deps["grokspectra.modadd.train"]
+
+
+def test_overrides_never_land_under_the_profile(tmp_path):
+    ident = ex.find("ch6.identity")
+    P = ident.schema.validate(load_profile("paper", "ch6_repulsion"))
+    assert ident.profile_for(P) == "paper"
+    P2 = {**P, "eta": 0.5}
+    assert ident.profile_for(P2) == "paper+eta=0.5"
+    r = ident.run(P2, store=st.Store(tmp_path), show=False)
+    assert r.meta["profile"] == "paper+eta=0.5"
+    assert not (tmp_path / "paper").exists() and (tmp_path / "paper+eta=0.5").is_dir()
+    live = ident.run({**P, "profile": "ci"}, store=st.Store(tmp_path), show=False)
+    assert ident.best(live, store=st.Store(tmp_path)) is live  # nothing of 'paper' proper is stored
+    r = subprocess.run([sys.executable, "-m", "grokspectra", "run", "ch6.identity", "--profile", "ci", "--set",
+                        "profile=paper", "--store", str(tmp_path)], env=ENV, cwd=REPO, capture_output=True, text=True)
+    assert r.returncode != 0 and "cannot be overridden" in r.stderr and not (tmp_path / "paper").exists()
+
+
+def test_status_reports_a_partial_sweep(tmp_path):
+    ci = {**TINY, "profile": "ci"}
+    HEAD.run(ci, store=st.Store(tmp_path), show=False)
+    name = HEAD.profile_for(ci)
+    # drop one unit: the sweep is now 3/4 stored, and best() shows the live result, saying so
+    victim = sorted((tmp_path / name / "ch7.headline").glob("*.json"))[0]
+    victim.unlink()
+    victim.with_suffix(".npz").unlink()
+    _, n, total = HEAD.load(ci, name, st.Store(tmp_path))
+    assert (n, total) == (3, 4)
+    # a profile given as a YAML file named like the stored profile
+    prof = tmp_path / f"{name}.yaml"
+    prof.write_text(yaml.safe_dump({"ch7_lockin": {k: v for k, v in TINY.items() if k != "profile"}}))
+    live = st.Result({}, {"profile": "other"})
+    assert HEAD.best(live, store=st.Store(tmp_path), profile=str(prof)) is live
+    assert "3 of 4 units" in live.meta["note"]
+    r = subprocess.run([sys.executable, "-m", "grokspectra", "status", "--profile", str(prof), "--store",
+                        str(tmp_path)], env=ENV, cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("ch7.headline"))
+    assert "3/4" in line and "partial" in line
+
+
+# --- damaged entries (a damaged entry is reported with its path and recomputed, never used) -----------------
+def _entry(tmp_path):
+    s = st.Store(tmp_path)
+    calls = []
+
+    def compute(p):
+        calls.append(1)
+        return {"x": np.arange(5.0) * p["n"]}
+
+    st.load_or_compute("demo", {"n": 2}, compute, code="c", profile="ci", store=s)
+    key = st.make_key("demo", {"n": 2}, "c")
+    return s, compute, calls, tmp_path / "ci" / "demo" / key
+
+
+def test_truncated_npz_is_reported_and_recomputed(tmp_path, capsys):
+    s, compute, calls, base = _entry(tmp_path)
+    data = base.with_suffix(".npz").read_bytes()
+    base.with_suffix(".npz").write_bytes(data[: len(data) // 2])
+    r = st.load_or_compute("demo", {"n": 2}, compute, code="c", profile="ci", store=s)
+    assert len(calls) == 2 and np.array_equal(r["x"], np.arange(5.0) * 2)
+    err = capsys.readouterr().err
+    assert str(base.with_suffix(".npz")) in err and "damaged" in err
+    assert s.load("demo", {"n": 2}, "c", "ci") is not None  # the rewrite is intact
+
+
+def test_swapped_npz_is_detected(tmp_path, capsys):
+    s, compute, calls, base = _entry(tmp_path)
+    st.load_or_compute("demo", {"n": 3}, compute, code="c", profile="ci", store=s)
+    other = tmp_path / "ci" / "demo" / (st.make_key("demo", {"n": 3}, "c") + ".npz")
+    base.with_suffix(".npz").write_bytes(other.read_bytes())
+    assert s.load("demo", {"n": 2}, "c", "ci") is None
+    assert "do not match" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["{not json", "{}", "[]", '{"key": "abc", "sha256": "0"}'])
+def test_broken_json_never_takes_best_down(tmp_path, text, capsys):
+    s, compute, calls, base = _entry(tmp_path)
+    (tmp_path / "ci" / "demo" / "deadbeefdeadbeef.json").write_text(text)
+    base.with_suffix(".json").write_text(text)
+    assert s.load("demo", {"n": 2}, "c", "ci") is None
+    assert s.latest("demo", "ci") is None  # nothing intact: no crash, no result
+    ident = ex.find("ch6.identity")
+    P = ident.schema.validate({**load_profile("ci", "ch6_repulsion"), "device": "cpu"})
+    live = ident.run(P, store=st.Store(tmp_path / "live"), show=False)
+    bad = tmp_path / "paper" / "ch6.identity"
+    bad.mkdir(parents=True)
+    (bad / "0123456789abcdef.json").write_text(text)
+    assert ident.best(live, store=st.Store(tmp_path)) is live
+
+
+def test_unwritable_store_fails_before_computing(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    if os.access(ro, os.W_OK):  # root ignores permission bits: use a path under a regular file instead
+        ro = tmp_path / "file"
+        ro.write_text("")
+    calls = []
+    with pytest.raises(st.StoreError, match=str(ro)):
+        st.load_or_compute("demo", {"n": 1}, lambda p: calls.append(1) or {"x": np.zeros(1)}, code="c",
+                           profile="ci", store=st.Store(ro))
+    assert not calls
+    r = subprocess.run([sys.executable, "-m", "grokspectra", "run", "ch6.identity", "--profile", "ci", "--store",
+                        str(ro)], env=ENV, cwd=REPO, capture_output=True, text=True)
+    assert r.returncode != 0 and "not writable" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_leftover_tmp_files_are_cleaned(tmp_path):
+    s, compute, calls, base = _entry(tmp_path)
+    tmp = base.parent / ".x.npz.abc.tmp"
+    tmp.write_bytes(b"half")
+    old = time.time() - 3600
+    os.utime(tmp, (old, old))
+    fresh = base.parent / ".y.npz.abc.tmp"
+    fresh.write_bytes(b"in progress elsewhere")
+    assert s.clean_partial("ci", "demo") == 1 and not tmp.exists() and fresh.exists()
+
+
+def test_zip_is_really_damaged_in_the_truncation_test(tmp_path):
+    s, compute, calls, base = _entry(tmp_path)
+    data = base.with_suffix(".npz").read_bytes()
+    base.with_suffix(".npz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(zipfile.BadZipFile):
+        np.load(base.with_suffix(".npz"))["x"]
+
+
+def test_scheduler_that_does_not_answer_is_a_clear_error():
+    t0 = time.time()
+    with pytest.raises(sweep.SweepError, match="127.0.0.1:9"):
+        sweep.make_executor(scheduler="tcp://127.0.0.1:9", timeout_s=3)
+    assert time.time() - t0 < 30
