@@ -76,67 +76,79 @@ def delta_alg(link_name: str, clip: float = math.inf) -> float:
     return 1.0 / (inner + atom)
 
 
-def _gd_sweep_one(act, m, eta, d, deltas, p, lk, dev, dt, gen_seed):
-    """One d: GD from random init for every δ (grouped) × seed (batched)."""
-    ns = [max(1, round(x * d)) for x in deltas]
-    prob = mi.sample_problem(d, ns, 1, lk, trials=p["seeds"], device=dev, dtype=dt, generator=gen_seed)
-    out = mi.run_gd(prob, m, eta, p["T"], act=act, n_test=p["n_test"], generator=gen_seed + 1)
-    cos = hard_cos(out["M"], out["Q"])  # [G, R, T+1]
-    return cos.cpu().numpy(), out["train"].cpu().numpy(), out["test"].cpu().numpy()
+SEED_BLOCK = 16  # seeds per unit of the sweep
+SWEEP_KEYS = ("cos_final", "t_hit", "train_final", "test_final", "cos_tr", "train_tr", "test_tr")
 
 
-@experiment(SECTION, keys=["students", "link", "clip", "d_list", "deltas", "seeds", "T", "threshold", "n_test",
-                           "seed", "dtype"])
-def sweep(p: dict, device: torch.device) -> dict:
-    """Success of GD from random init against δ, for every student and d (chapter 4 protocol).
+def _t_rec(T: int) -> np.ndarray:
+    return np.unique(np.round(np.concatenate([[0], np.geomspace(1, T, 60)])).astype(int))
 
-    GD is eq. ch4-gd (chapter 1) on y = min(z², c) (or z², tanh z²) from θ_j ~ N(0, I/d); success is
-    max_j |cos(θ_j, θ_*)| ≥ threshold (chapter 1; chapter 4). One batched ``run_gd`` call per (student, d).
 
-    Parameters
-    ----------
-    p : dict
-        ``students``, ``link``, ``clip``, ``d_list``, ``deltas``, ``seeds``, ``T``, ``threshold``, ``n_test``,
-        ``seed``, ``dtype`` (see :data:`SCHEMA`).
-    device : torch.device
-
-    Returns
-    -------
-    dict of ndarray
-        [student, d, δ, seed]: ``cos_final``, ``t_hit`` (first step with max_j|cos| ≥ threshold, linearly
-        interpolated; nan when never), ``train_final``, ``test_final``; traces at the steps ``t_rec``:
-        ``cos_tr``, ``train_tr``, ``test_tr`` [student, d, δ, seed, len(t_rec)]; ``deltas``, ``d_list``,
-        ``delta_alg`` (eq. ch4-dalg).
-    """
-    dt = get_dtype(p["dtype"])
-    lk = make_link(p)
-    T = p["T"]
-    t_rec = np.unique(np.round(np.concatenate([[0], np.geomspace(1, T, 60)])).astype(int))
-    res = {k: [] for k in ("cos_final", "t_hit", "train_final", "test_final", "cos_tr", "train_tr", "test_tr")}
-    steps = np.arange(T + 1, dtype=float)
+def _sweep_units(p: dict) -> list[dict]:
+    """One unit per (student, d, δ, block of ≤ SEED_BLOCK seeds), seeded from its own indices."""
+    units = []
     for si, spec in enumerate(p["students"]):
-        act, m, eta = parse_student(spec)
-        per_d = {k: [] for k in res}
+        parse_student(spec)
         for di, d in enumerate(p["d_list"]):
-            cos, train, test = _gd_sweep_one(act, m, eta, d, p["deltas"], p, lk, device, dt,
-                                                    p["seed"] + 100000 * si + 1000 * di)
-            per_d["cos_final"].append(cos[..., -1])
-            per_d["t_hit"].append(tr.first_crossing(steps, cos, p["threshold"], direction="up"))
-            per_d["train_final"].append(train[..., -1])
-            per_d["test_final"].append(test[..., -1])
-            per_d["cos_tr"].append(cos[..., t_rec])
-            per_d["train_tr"].append(train[..., t_rec])
-            per_d["test_tr"].append(test[..., t_rec])
-        for k in res:
-            res[k].append(np.stack(per_d[k]))
-    out = {k: np.stack(v) for k, v in res.items()}
-    out["t_rec"] = t_rec
+            for gi, dl in enumerate(p["deltas"]):
+                for b0 in range(0, p["seeds"], SEED_BLOCK):
+                    units.append({"student": spec, "link": p["link"], "clip": p["clip"], "d": int(d), "delta": float(dl),
+                                  "trials": min(SEED_BLOCK, p["seeds"] - b0), "T": p["T"],
+                                  "threshold": p["threshold"], "n_test": p["n_test"], "dtype": p["dtype"],
+                                  "seed": p["seed"] + 100000 * si + 1000 * di + 10 * gi + 7919 * (b0 // SEED_BLOCK)})
+    return units
+
+
+def _sweep_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
+    S, D, G = len(p["students"]), len(p["d_list"]), len(p["deltas"])
+    cells = {}
+    for u, r in zip(units, results):
+        key = (p["students"].index(u["student"]), list(p["d_list"]).index(u["d"]), list(p["deltas"]).index(u["delta"]))
+        cells.setdefault(key, []).append(r)
+    out = {}
+    for k in SWEEP_KEYS:
+        rows = [[[np.concatenate([r[k] for r in cells[(s, d, g)]]) for g in range(G)] for d in range(D)] for s in range(S)]
+        out[k] = np.asarray(rows)
+    out["t_rec"] = _t_rec(p["T"])
     out["deltas"] = np.asarray(p["deltas"], dtype=float)
     out["d_list"] = np.asarray(p["d_list"])
     out["delta_alg"] = np.asarray(delta_alg(p["link"], p["clip"]))
     return out
 
 
+def _sweep_cost(u: dict) -> float:
+    return u["trials"] * u["delta"] * u["d"] ** 2 * u["T"] / 1e8
+
+
+def _sweep_shrink(u: dict) -> dict:
+    return {**u, "d": min(u["d"], 200), "T": min(u["T"], 50)}
+
+
+@experiment(SECTION, keys=["students", "link", "clip", "d_list", "deltas", "seeds", "T", "threshold", "n_test",
+                           "seed", "dtype"], units=_sweep_units, reduce=_sweep_reduce, cost=_sweep_cost,
+            shrink=_sweep_shrink)
+def sweep(u: dict, device: torch.device) -> dict:
+    """Success of GD from random init at one (student, d, δ, block of seeds) (chapter 4 protocol).
+
+    GD is eq. ch4-gd on y = min(z², c) (or z², tanh z²) from θ_j ~ N(0, I/d); success is
+    max_j |cos(θ_j, θ_*)| ≥ threshold (eq. ch4-success). The assembled experiment holds, [student, d, δ, seed]:
+    ``cos_final``, ``t_hit`` (first step with max_j|cos| ≥ threshold, linearly interpolated; nan when never),
+    ``train_final``, ``test_final``; traces at the steps ``t_rec``: ``cos_tr``, ``train_tr``, ``test_tr``
+    [student, d, δ, seed, len(t_rec)]; ``deltas``, ``d_list``, ``delta_alg`` (eq. ch4-dalg).
+    """
+    act, m, eta = parse_student(u["student"])
+    lk = mi.link(u["link"], c=u["clip"] if u["link"] == "pr_clip" else None)
+    d, T = u["d"], u["T"]
+    prob = mi.sample_problem(d, max(1, round(u["delta"] * d)), 1, lk, trials=u["trials"], device=device,
+                             dtype=get_dtype(u["dtype"]), generator=u["seed"])
+    g = mi.run_gd(prob, m, eta, T, act=act, n_test=u["n_test"], generator=u["seed"] + 1)
+    cos = hard_cos(g["M"], g["Q"]).cpu().numpy()  # [R, T+1]
+    train, test = g["train"].cpu().numpy(), g["test"].cpu().numpy()
+    t_rec = _t_rec(T)
+    steps = np.arange(T + 1, dtype=float)
+    return {"cos_final": cos[..., -1], "t_hit": tr.first_crossing(steps, cos, u["threshold"], direction="up"),
+            "train_final": train[..., -1], "test_final": test[..., -1], "cos_tr": cos[..., t_rec],
+            "train_tr": train[..., t_rec], "test_tr": test[..., t_rec]}
 
 
 def lal_trimmed(y, floor: float = -10.0):
