@@ -348,7 +348,8 @@ def thresholds(Dn, DL, p: dict) -> dict:
     return out
 
 
-FSS_LAWS = {"inv_log": "1/log d", "inv_sqrt": "d^{-1/2}"}
+FSS_LAWS = {"inv_log": "1/\\log d", "inv_sqrt": "d^{-1/2}"}  # LaTeX labels
+FSS_PLAIN = {"inv_log": "1/log d", "inv_sqrt": "d^(-1/2)"}
 
 
 def finite_size_laws(d, loc, se) -> dict:
@@ -415,7 +416,7 @@ def claims(thr, fss, A, dd, dalg, res, med_warm, med_rand, frac_warm, frac_rand,
         if thr["dagger"] and agree is not None:
             agree, note = None, "δ_NN(t) is read before the end of phase 1 (†): not a test; " + note
         ours = (f"δ_c(∞) = {fss['mid']:.2f} ± {fss['stat']:.2f} (stat.) ± {fss['syst']:.2f} (syst.: "
-                + ", ".join(f"{lab}: {fss['fits'][k]['limit']:.2f}" for k, lab in FSS_LAWS.items()) + ")")
+                + ", ".join(f"{lab}: {fss['fits'][k]['limit']:.2f}" for k, lab in FSS_PLAIN.items()) + ")")
     else:
         agree, note, ours = None, "no finite-size fit", "–"
     rows.append(report.at_scale(report.Claim(
