@@ -50,7 +50,6 @@ SCHEMA = Schema(
     Param("dtype", str, choices=("float32", "float64"), help="GD precision"),
 )
 
-MODULES = ["grokspectra.multiindex", "grokspectra.hessian", "grokspectra.transitions"]
 
 
 def _link(p):
