@@ -134,7 +134,7 @@ def test_first_crossing_closed_form_and_loop():
 
 def test_escape_time_and_growth_rate_match_gd_on_a_quadratic():
     # GD v <- v - eta H v on a quadratic whose Hessian has one negative eigenvalue lam along e_0: the overlap
-    # with e_0 grows by (1 + eta|lam|) per step (brief §9), which is what predicted_escape_time inverts
+    # with e_0 grows by (1 + eta|lam|) per step (chapter 5), which is what predicted_escape_time inverts
     d, eta, lam = 50, 0.1, -0.8
     rng = np.random.default_rng(3)
     Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
@@ -209,10 +209,10 @@ def test_delta_alg_closed_forms_and_monte_carlo():
 
 
 def test_parse_student():
-    assert ch4.parse_student("gelu:2:2.0") == ("gelu", 2, 2.0)
+    assert tr.parse_student("gelu:2:2.0") == ("gelu", 2, 2.0)
     for bad in ("gelu:2", "swish:1:0.1", "quad:0:0.1", "quad:1:-1"):
         with pytest.raises(ParamError):
-            ch4.parse_student(bad)
+            tr.parse_student(bad)
 
 
 def test_hard_cos_closed_form():
@@ -220,7 +220,7 @@ def test_hard_cos_closed_form():
     g = torch.Generator().manual_seed(0)
     ts = torch.linalg.qr(torch.randn(d, 1, generator=g, dtype=torch.float64))[0]
     Th = torch.randn(d, m, generator=g, dtype=torch.float64)
-    c = ch4.hard_cos(ts.T @ Th, Th.T @ Th)
+    c = tr.hard_cos(ts.T @ Th, Th.T @ Th)
     ref = max(abs(float(ts[:, 0] @ Th[:, j])) / float(Th[:, j].norm()) for j in range(m))
     assert abs(float(c) - ref) < 1e-12
 
@@ -269,3 +269,55 @@ def test_predicted_escape_formula():
     t = ch5.predicted_escape(40.0, np.array([-0.5, 0.2]), np.array([0.04, 0.04]), np.array([0.05, 0.05]), 0.1, 0.5)
     assert t[0] == pytest.approx(40 + math.log(0.5 / (0.2 * 0.05)) / math.log(1.05))
     assert np.isinf(t[1])
+
+
+def test_settled_criterion():
+    t = np.arange(0, 101)
+    x = np.stack([1 + np.exp(-t / 5.0), 1 + 1 / (1 + t)])  # settles / drifts like 1/t
+    s = tr.settled(t, x, lag=20, tol=1e-3)
+    assert s["change"][0] < 1e-6 and abs(s["change"][1] - (1 / 81 - 1 / 101)) < 1e-12
+    assert not s["settled"]  # the 1/t drift (2.4e-3) exceeds the tolerance
+    assert tr.settled(t, x[0], lag=20, tol=1e-3)["settled"]
+    assert not tr.settled(t, np.full(101, np.nan), lag=20, tol=1.0)["settled"]
+    with pytest.raises(ValueError):
+        tr.settled(t[::7], x[:, ::7], lag=20, tol=1e-3)  # no recorded step at T - lag
+
+
+def _noisy_line(root, sigma):
+    """c(δ) = δ − root + σ ξ/√n, ξ ~ N(0,1) fixed by (δ, n, rep): a reproducible Monte-Carlo criterion."""
+    calls = []
+
+    def crit(d, n, rep):
+        calls.append(n)
+        g = np.random.default_rng([int(round(d * 1e9)), n, rep])
+        return d - root + sigma * g.standard_normal() / math.sqrt(n)
+
+    return crit, calls
+
+
+def test_noisy_bisect_reaches_tolerance_when_noise_is_small():
+    crit, calls = _noisy_line(5.3, sigma=1.0)
+    r = tr.noisy_bisect(crit, 2.0, 16.0, rtol=0.02, n0=1000, n_max=64000, reps=4, z=3.0)
+    assert r["limited_by"] == "tolerance"
+    assert r["hi"] / r["lo"] - 1 < 0.02 and r["lo"] <= 5.3 <= r["hi"]
+    # the root's Monte-Carlo spread: se of the mean ≈ σ/√(n reps) at slope 1, with n the final paths
+    assert r["root_mc_se"] < 0.5 * (r["hi"] - r["lo"])
+    # near the root the sign is undecided at n0, so the paths were increased there
+    assert max(calls) > 1000
+
+
+def test_noisy_bisect_stops_and_says_so_when_noise_limits():
+    crit, calls = _noisy_line(5.3, sigma=60.0)
+    r = tr.noisy_bisect(crit, 2.0, 16.0, rtol=0.01, n0=1000, n_max=4000, reps=4, z=3.0)
+    assert r["limited_by"] == "noise"
+    assert r["hi"] / r["lo"] - 1 > 0.01 and max(calls) <= 4000
+    # the bracket is still honest: every decided sign was decided by ≥ 3 s.e., so the truth lies inside
+    assert r["lo"] <= 5.3 <= r["hi"]
+    # the root's Monte-Carlo spread, σ/√(n reps)/slope ≈ 0.47 at n = 4000, is reported
+    assert 0.2 < r["root_mc_se"] < 1.5
+    # an end undecided at n_max: the initial bracket comes back, noise-limited
+    r = tr.noisy_bisect(crit, 5.0, 16.0, n0=1000, n_max=2000, reps=4, z=3.0)
+    assert (r["lo"], r["hi"], r["limited_by"]) == (5.0, 16.0, "noise") and r["root_mc_se"] == math.inf
+    crit_small, _ = _noisy_line(5.3, sigma=1.0)
+    with pytest.raises(ValueError, match="bracket"):
+        tr.noisy_bisect(crit_small, 6.0, 16.0, n0=1000, n_max=4000, reps=4)

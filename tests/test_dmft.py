@@ -1,4 +1,4 @@
-"""Tests of the discrete-time DMFT (brief §3): agreement with finite-d GD within combined standard errors, the memory
+"""Tests of the discrete-time DMFT (eq. app-dmft): agreement with finite-d GD within combined standard errors, the memory
 terms matter, antithetic sampling keeps hard overlaps exactly zero, and the parameter-side kernels have their exact
 closed-form entries."""
 
@@ -11,7 +11,7 @@ from grokspectra import dmft
 from grokspectra import multiindex as mi
 
 F64 = torch.float64
-SET = dict(act="gelu", link="pr_clip", delta=3.0, eta=2.0, m=2, M0=[[0.5, 0.3]])  # R1 set-up, bounded labels
+SET = dict(act="gelu", link="pr_clip", delta=3.0, eta=2.0, m=2, M0=[[0.5, 0.3]])  # a warm start with bounded labels
 
 
 def _observables(M, Q, train):
@@ -54,7 +54,7 @@ def test_dmft_matches_gd_within_standard_errors(dmft_reps, gd_runs):
 
 
 def test_memory_terms_matter(dmft_reps, gd_runs):
-    """Without the Onsager terms the DMFT misses GD by many standard errors (brief §12.1)."""
+    """Without the Onsager terms the DMFT misses GD by many standard errors (chapter 1)."""
     _, _, off, _ = dmft_reps
     se_gd = gd_runs.std(0) / math.sqrt(gd_runs.shape[0])
     z = (off - gd_runs.mean(0)).abs() / se_gd
@@ -76,7 +76,7 @@ def test_kernel_structure(dmft_reps):
 
 
 def test_first_step_closed_form():
-    """At t = 1: Q_⊥(1,1) = A_1 A_1ᵀ + (η²/δ) C_F(0,0) with A_1 = I − η E[D(u⁰)], u⁰ = zM_0 + ξ (brief §3.2), and
+    """At t = 1: Q_⊥(1,1) = A_1 A_1ᵀ + (η²/δ) C_F(0,0) with A_1 = I − η E[D(u⁰)], u⁰ = zM_0 + ξ (eq. app-dmft), and
     u¹ = zM_1 + w¹ − (η/δ) F(u⁰). Recomputed here from the returned sample-side law."""
     eta, delta, m = 1.0, 2.0, 2
     r = dmft.run_dmft("tanh", "pr_tanh", delta, eta, 1, 20000, m, M0=[[0.4, -0.2]], keep=(0, 1), generator=3)
@@ -93,7 +93,7 @@ def test_first_step_closed_form():
 
 
 def test_antithetic_keeps_hard_overlap_exactly_zero():
-    """Phase retrieval from random init: antithetic paths give M_t ≡ 0 to the last bit; plain sampling does not (R5).
+    """Phase retrieval from random init: antithetic paths give M_t ≡ 0 to the last bit; plain sampling does not.
     Staircase y = z₁ + z₂²: the easy row is learned, the hard row stays exactly 0."""
     kw = dict(act="gelu", delta=3.0, eta=2.0, T=8, N=8000, m=2)
     anti = dmft.run_dmft(link="pr", generator=0, **kw)

@@ -25,7 +25,7 @@ def _setup(act="gelu", d=9, n=40, m=3, seed=0):
 @pytest.mark.parametrize("act", ["gelu", "quad", "tanh", "relu"])
 @pytest.mark.parametrize("loss", ["square", "logcosh"])
 def test_dense_hessian_matches_autograd(act, loss):
-    """H = (1/n) Σ D_i ⊗ x_i x_iᵀ + λI (brief §5.1) vs torch.func.hessian of R̂, vec(Θ) neuron-major."""
+    """H = (1/n) Σ D_i ⊗ x_i x_iᵀ + λI (eq. app-weights) vs torch.func.hessian of R̂, vec(Θ) neuron-major."""
     prob, Th, X, y, a, b = _setup(act)
     lam = 0.07
     d, m = Th.shape

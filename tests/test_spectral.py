@@ -1,4 +1,4 @@
-"""Spectral theory (grokspectra.spectral, brief §5–§7) against closed forms, an independent scalar route and a
+"""Spectral theory (grokspectra.spectral, eq. app-bulk; Mondelli–Montanari 2017) against closed forms, an independent scalar route and a
 planted-spike random matrix with a known answer."""
 
 import math
@@ -44,12 +44,12 @@ def test_marchenko_pastur_density_and_edges(delta):
     assert abs(np.trapezoid(sp.marchenko_pastur_density(xf, g), xf) - 1) < 2e-3
     assert abs(sp.real_axis_edge(G, delta) - a) < 1e-6                   # fold of the real branch: exact
     assert abs(sp.real_axis_edge(G, delta, side="right") - b) < 1e-5
-    # the density route (brief §5.4) is biased by the smearing ε = 5e-4 by ~2e-3 (measured) on this law
+    # the density route (eq. app-bulk) is biased by the smearing ε = 5e-4 by ~2e-3 (measured) on this law
     assert abs(sp.left_edge(G, delta, method="density", window=(0.0, b + 1)) - a) < 4e-3
 
 
 def test_real_axis_solution_is_mp_root():
-    # below the MP spectrum the real root of z s²/δ + (z − 1 + 1/δ) s + 1 = 0 with s > 0 (brief §5.3)
+    # below the MP spectrum the real root of z s²/δ + (z − 1 + 1/δ) s + 1 = 0 with s > 0 (eq. app-bulk)
     delta = 3.0
     z = np.array([-2.0, -0.5, 0.1])
     S = sp.real_axis_S(torch.ones(4), delta, z)[:, 0, 0].numpy()
@@ -88,7 +88,7 @@ def test_left_edge_is_max_of_psi():
 
 @pytest.mark.parametrize("delta", [0.7, 1.5])
 def test_right_outlier_matches_lu_li(delta):
-    # m = 1, G = T(y) = 1 − 1/y (Luo–Alghamdi–Lu): Φ route of brief §6.1–6.2 vs ψ_δ = φ and Lu–Li's overlap
+    # m = 1, G = T(y) = 1 − 1/y (Luo–Alghamdi–Lu): Φ route of eq. app-outlier vs ψ_δ = φ and Lu–Li's overlap
     zeta, w = gh_law()
     G = sp.luo_alghamdi_lu_T(zeta ** 2)
     ll = sp.lu_li_right(G, zeta, delta, weights=w)
@@ -100,7 +100,7 @@ def test_right_outlier_matches_lu_li(delta):
 
 
 def test_spectral_threshold_is_one_half():
-    # phase retrieval, optimal preprocessing: informative outlier iff δ > δ_alg = 1/2 (brief §7)
+    # phase retrieval, optimal preprocessing: informative outlier iff δ > δ_alg = 1/2 (Mondelli–Montanari 2017)
     zeta, w = gh_law()
     law = lambda d: (sp.luo_alghamdi_lu_T(zeta ** 2), zeta, w)
     assert sp.nn_criterion(*law(0.45)[:2], 0.45, weights=w, side="right")["crit"] > 0
@@ -142,7 +142,7 @@ def test_planted_spike_outlier_and_overlap():
     o = sp.outlier(G, zeta, delta)
     assert o["exists"] and o["root"] < o["edge"]
     emp = empirical_spike(500, delta, seeds=[1, 2, 3]).mean(0)
-    # d = 500, 3 seeds: outlier s.d. ≈ 0.03 per seed, plus an O(1/√d) finite-size shift upward (brief R3 saw the
+    # d = 500, 3 seeds: outlier s.d. ≈ 0.03 per seed, plus an O(1/√d) finite-size shift upward (the book's checks saw the
     # same sign); overlap s.d. ≈ 0.04 per seed
     assert abs(emp[0] - o["root"]) < 0.06
     assert abs(emp[1] - o["overlap"]) < 0.08
@@ -179,7 +179,7 @@ def test_bad_input():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# the DMFT law must keep the hard overlap at exactly 0 (antithetic paths, brief §3.3 / R5)
+# the DMFT law must keep the hard overlap at exactly 0 (antithetic paths, eq. app-dmft)
 
 def test_antithetic_law_guards_the_outlier_criterion():
     from grokspectra import dmft, multiindex as mi

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tqdm.auto import tqdm
+from tqdm import tqdm  # the console bar: no notebook widgets (bars are off in notebooks unless asked for)
 
 
 def enabled() -> bool:

@@ -159,8 +159,12 @@ def assemble(exp, params: Mapping, units: Sequence[dict], results: Sequence[Resu
     metas = [r.meta for r in results]
 
     def merged(key: str) -> str:
-        vals = sorted({str(m.get(key, "?")) for m in metas})
-        return vals[0] if len(vals) == 1 else " + ".join(vals)
+        """One value, two joined by '+', or the first and last (by date) and how many."""
+        by_date = sorted(metas, key=lambda m: str(m.get("date", "")))
+        vals = list(dict.fromkeys(str(m.get(key, "?")) for m in by_date))
+        if len(vals) <= 2:
+            return " + ".join(vals)
+        return f"{vals[0]} … {vals[-1]} ({len(vals)} {key}s)"
 
     from .store import canonical, make_key
 

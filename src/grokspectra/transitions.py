@@ -1,18 +1,18 @@
 """Analysis of phase transitions in finite-d experiments: success curves, finite-size scaling, escape times.
 
 Chapters 4 and 5 turn batches of gradient-descent runs into a few numbers: where the success rate of GD jumps
-(location and width of a transition in δ = n/d), how that location moves with d (log-d corrections, brief
-§7 and §8), when a run leaves its plateau (escape / grokking time, brief §9), how fast the hard overlap grows on
+(location and width of a transition in δ = n/d), how that location moves with d (log-d corrections,
+chapter 4), when a run leaves its plateau (escape / grokking time, chapter 5), how fast the hard overlap grows on
 the plateau, and how the escape time diverges as δ ↓ δ_NN. Everything here is plain numpy/scipy on small arrays
 of per-run summaries; the runs themselves come from :mod:`grokspectra.multiindex`.
 
-Equations (numbers refer to ``shared/briefs/mw_theory.md``):
+Equations (chapters 4 and 5):
 
 * success curve, eq. (logistic): P(success | δ) = 1 / (1 + exp(−(δ − δ_c)/w)), fitted by binomial maximum
   likelihood with Firth's bias reduction (so that perfectly separated data, common with few seeds, still give a
   finite width);
-* finite-size law (§8, Bonnaire et al.): δ_c(d) = δ_c(∞) + c / log d (or + c d^{-1/2});
-* escape time (§9): t_esc = log(m_target / m_0) / log(1 + η|λ_out|) ≈ log d / (2η|λ_out|) for m_0 = d^{-1/2};
+* finite-size law (chapter 4, Bonnaire et al.): δ_c(d) = δ_c(∞) + c / log d (or + c d^{-1/2});
+* escape time (chapter 5): t_esc = log(m_target / m_0) / log(1 + η|λ_out|) ≈ log d / (2η|λ_out|) for m_0 = d^{-1/2};
 * divergence near threshold: t(δ) = A (δ − δ_c)^{−ν}.
 """
 
@@ -22,7 +22,11 @@ import dataclasses
 import math
 
 import numpy as np
+import torch
 from scipy import optimize, stats
+
+from . import multiindex as mi
+from .params import ParamError
 
 
 class FitError(RuntimeError):
@@ -193,7 +197,7 @@ def _size_feature(d, form: str):
 
 
 def fit_finite_size(d, value, se=None, *, form: str = "inv_log") -> FiniteSizeFit:
-    """Weighted least-squares fit of δ_c(d) = δ_c(∞) + c · g(d) (chapter 4, eq. ch4-fss; brief §8: log-d
+    """Weighted least-squares fit of δ_c(d) = δ_c(∞) + c · g(d) (chapter 4, eq. ch4-fss; chapter 4: log-d
     finite-size shifts, as in Bonnaire et al.).
 
     Parameters
@@ -258,7 +262,7 @@ def fit_power_law(x, y):
 
 
 def first_crossing(t, y, level, *, direction: str = "up", after=None):
-    """First time each trajectory crosses ``level`` (escape / grokking time, brief §9), linearly interpolated
+    """First time each trajectory crosses ``level`` (escape / grokking time, chapter 5), linearly interpolated
     between recorded steps: t* = t_{i−1} + (level − y_{i−1})/(y_i − y_{i−1}) (t_i − t_{i−1}).
 
     Parameters
@@ -309,8 +313,8 @@ def first_crossing(t, y, level, *, direction: str = "up", after=None):
 
 
 def growth_rate(t, overlap, t_lo: float, t_hi: float):
-    """Per-step exponential growth rate r of |overlap| on [t_lo, t_hi] (brief §9: along a negative-curvature
-    direction GD multiplies the overlap by (1 + η|λ|) per step, so r = log(1 + η|λ|); brief §12.4 for the
+    """Per-step exponential growth rate r of |overlap| on [t_lo, t_hi] (chapter 5: along a negative-curvature
+    direction GD multiplies the overlap by (1 + η|λ|) per step, so r = log(1 + η|λ|); eq. app-lin for the
     linearised DMFT).
 
     Parameters
@@ -338,7 +342,7 @@ def growth_rate(t, overlap, t_lo: float, t_hi: float):
 
 
 def predicted_escape_time(lam, eta: float, m0, m_target: float = 0.5):
-    """Escape time along an unstable Hessian direction (brief §9; chapter 5, eq. ch5-tgrok):
+    """Escape time along an unstable Hessian direction (chapter 5; chapter 5, eq. ch5-tgrok):
     t = log(m_target / m0) / log(1 + η|λ|), ≈ log d / (2η|λ|) when m0 = d^{-1/2} and η|λ| ≪ 1.
 
     Parameters
@@ -387,7 +391,7 @@ class DivergenceFit:
 
 
 def fit_divergence(delta, t, *, delta_c: float | None = None, exponent: float | None = None) -> DivergenceFit:
-    """Fit the divergence of the time to grok, t(δ) = A (δ − δ_c)^{−ν} (chapter 5; brief §9: t → ∞ as
+    """Fit the divergence of the time to grok, t(δ) = A (δ − δ_c)^{−ν} (chapter 5; chapter 5: t → ∞ as
     δ ↓ δ_NN), by least squares in log t (relative errors weigh equally).
 
     Parameters
@@ -466,3 +470,165 @@ def binomial_consistent(k1, n1, k2, n2, *, alpha: float = 0.05) -> tuple[bool, f
     table = [[int(k1), int(n1 - k1)], [int(k2), int(n2 - k2)]]
     p = float(stats.fisher_exact(table).pvalue)
     return p >= alpha, p
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# convergence of the first phase, and a bisection whose bracket is limited by its tolerance, not by noise
+
+
+def settled(t, x, lag: int, tol: float) -> dict:
+    """Has a trajectory settled? The criterion of chapter 3: |x_T − x_{T−lag}| < tol at the last recorded step T
+    (for several observables, every one of them).
+
+    Parameters
+    ----------
+    t : array_like [T]
+        Increasing integer steps.
+    x : array_like [..., T]
+        Trajectories (e.g. Q_⊥(t, t), the train risk, the bulk edge).
+    lag : int
+        Δ in steps (needs a recorded step T − Δ).
+    tol : float
+        Absolute tolerance.
+
+    Returns
+    -------
+    dict
+        ``change`` [...] = |x_T − x_{T−Δ}|, ``settled`` (bool, every change < tol and finite).
+    """
+    t = np.asarray(t)
+    x = np.asarray(x, dtype=float)
+    if t.ndim != 1 or x.shape[-1] != t.size:
+        raise ValueError(f"t must be 1-d with len = x.shape[-1]; got {t.shape}, {x.shape}")
+    if lag <= 0 or not tol > 0:
+        raise ValueError(f"need lag > 0 and tol > 0, got {lag}, {tol}")
+    j = np.flatnonzero(t == t[-1] - lag)
+    if j.size == 0:
+        raise ValueError(f"no recorded step at T - lag = {t[-1] - lag}")
+    change = np.abs(x[..., -1] - x[..., j[0]])
+    return {"change": change, "settled": bool(np.all(np.isfinite(change)) and np.all(change < tol))}
+
+
+def noisy_bisect(crit, lo: float, hi: float, *, rtol: float = 0.05, n0: int, n_max: int, reps: int = 2,
+                 z: float = 2.0, max_iter: int = 20) -> dict:
+    """Root of an increasing, Monte-Carlo-estimated criterion c(δ) by bisection with noise control.
+
+    ``crit(delta, n, rep)`` returns one estimate of c(δ) from ``n`` paths with replicate index ``rep`` (independent
+    paths for different ``rep``; the same (δ, n, rep) must give the same value). At each δ the mean ĉ and standard
+    error s = sd/√reps of ``reps`` replicates are formed; the sign of c is taken as decided when |ĉ| ≥ z·s, else n
+    is doubled (up to ``n_max``). If the sign at a mid-point is still undecided at ``n_max`` the bisection stops
+    there: the root lies within about z·s/|slope| of that point (slope: the secant between the bracket ends), the
+    bracket shrinks to that band, and it is **noise-limited** (``limited_by = "noise"``) when the band is wider
+    than the tolerance. Otherwise it runs until hi/lo − 1 < ``rtol`` (``limited_by = "tolerance"``). When the
+    sign at an end of the initial bracket is undecided at ``n_max``, nothing is bisected: the result is the initial
+    bracket, noise-limited, with ``root_mc_se`` = inf. Two decided ends of the same sign raise ``ValueError``.
+
+    The Monte-Carlo spread of the root itself is estimated as ``root_mc_se`` = s / |slope|, with s the standard
+    error at the undecided mid-point where the bisection stopped (else the mean of the two bracket ends') and the
+    slope the secant of ĉ between the bracket ends; the bracket is limited by the tolerance, not by Monte-Carlo
+    spread, when its half-width exceeds ``root_mc_se``.
+
+    Returns
+    -------
+    dict
+        ``root`` (geometric mid-point of the final bracket), ``lo``, ``hi``, ``limited_by``, ``root_mc_se``, and
+        per evaluation ``deltas``, ``n``, ``mean``, ``se``.
+    """
+    if not (0 < lo < hi) or reps < 2 or n0 < 2 or n_max < n0 or not rtol > 0:
+        raise ValueError(f"need 0 < lo < hi, reps >= 2, 2 <= n0 <= n_max, rtol > 0; got {lo}, {hi}, {reps}, "
+                         f"{n0}, {n_max}, {rtol}")
+    hist = {"deltas": [], "n": [], "mean": [], "se": []}
+
+    def evaluate(d):
+        n = n0
+        while True:
+            v = np.array([float(crit(d, n, r)) for r in range(reps)])
+            if not np.all(np.isfinite(v)):
+                raise ValueError(f"non-finite criterion {v} at delta = {d}, n = {n}")
+            mean, se = float(v.mean()), float(v.std(ddof=1) / math.sqrt(reps))
+            hist["deltas"].append(d)
+            hist["n"].append(n)
+            hist["mean"].append(mean)
+            hist["se"].append(se)
+            if abs(mean) >= z * se:
+                return mean, se, True
+            if 2 * n > n_max:
+                return mean, se, False
+            n *= 2
+
+    clo, slo, ok_lo = evaluate(lo)
+    chi, shi, ok_hi = evaluate(hi)
+    if not (ok_lo and ok_hi):  # an end's sign is undecided at n_max: the whole bracket is noise-limited
+        return {"root": math.sqrt(lo * hi), "lo": lo, "hi": hi, "limited_by": "noise", "root_mc_se": float("inf"),
+                **{k: np.asarray(v) for k, v in hist.items()}}
+    if not clo < 0 < chi:
+        raise ValueError(f"noisy_bisect: [{lo}, {hi}] does not bracket a sign change: c = {clo:.4g} ± {slo:.2g} "
+                         f"at {lo}, {chi:.4g} ± {shi:.2g} at {hi} (needs < 0 and > 0, each by {z:g} s.e.)")
+    limited = "tolerance"
+    mc_mid = None
+    ends = {"lo": (lo, clo, slo), "hi": (hi, chi, shi)}
+    for _ in range(max_iter):
+        if hi / lo - 1 < rtol:
+            break
+        mid = math.sqrt(lo * hi)
+        c, s, ok = evaluate(mid)
+        if not ok:
+            # the sign at mid is undecided at n_max: the root is within ~z·s/|slope| of mid (secant slope of the
+            # bracket ends); shrink to that band and stop
+            slope = (ends["hi"][1] - ends["lo"][1]) / (ends["hi"][0] - ends["lo"][0])
+            half = z * s / abs(slope)
+            lo, hi = max(lo, mid - half), min(hi, mid + half)
+            limited = "tolerance" if hi / lo - 1 < rtol else "noise"
+            mc_mid = s / abs(slope)
+            break
+        if c > 0:
+            hi, ends["hi"] = mid, (mid, c, s)
+        else:
+            lo, ends["lo"] = mid, (mid, c, s)
+    (x0, c0, s0), (x1, c1, s1) = ends["lo"], ends["hi"]
+    slope = (c1 - c0) / (x1 - x0)
+    mc_se = 0.5 * (s0 + s1) / abs(slope) if slope != 0 else float("inf")
+    if mc_mid is not None:
+        mc_se = mc_mid
+    return {"root": math.sqrt(lo * hi), "lo": lo, "hi": hi, "limited_by": limited, "root_mc_se": float(mc_se),
+            **{k: np.asarray(v) for k, v in hist.items()}}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# helpers shared by the experiments of chapters 4 and 5 (students, overlaps, extreme eigenpairs)
+
+
+def parse_student(spec: str) -> tuple[str, int, float]:
+    """'quad:1:0.1' → ('quad', 1, 0.1): activation, width m, step size η (chapter 1)."""
+    parts = spec.split(":")
+    try:
+        act, m, eta = parts[0], int(parts[1]), float(parts[2])
+    except (IndexError, ValueError):
+        raise ParamError(f"student {spec!r} must look like 'activation:m:eta', e.g. 'quad:1:0.1'") from None
+    if len(parts) != 3 or act not in mi.ACTIVATIONS or m < 1 or not eta > 0:
+        raise ParamError(f"student {spec!r}: activation in {sorted(mi.ACTIVATIONS)}, m >= 1, eta > 0")
+    return act, m, eta
+
+
+def hard_cos(M: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
+    """max_j |cos(θ_j, θ_*)| = max_j |M_{1j}| / √Q_jj from the overlaps M [.., 1, m] and Q [.., m, m] (chapter 1)."""
+    q = torch.diagonal(Q, dim1=-2, dim2=-1).clamp_min(1e-30).sqrt()
+    return (M[..., 0, :].abs() / q).amax(-1)
+
+
+def extreme_eigvecs(H: torch.Tensor, which: str = "top", k: int = 1):
+    """The k largest ("top") or smallest ("bottom") eigenpairs of a batch of symmetric matrices H [B, n, n]:
+    ``(evals [B, k], evecs [B, n, k])``, ascending. On the GPU a batched ``torch.linalg.eigh``; on the CPU LAPACK's
+    ``syevr`` restricted to the wanted indices (``scipy.linalg.eigh(subset_by_index=…)``, one call per matrix),
+    which skips the full eigenvector back-transform."""
+    B, n, _ = H.shape
+    if H.device.type != "cpu":
+        w, V = torch.linalg.eigh(H)
+        sl = slice(n - k, n) if which == "top" else slice(0, k)
+        return w[:, sl], V[:, :, sl]
+    from scipy import linalg as sla
+
+    idx = [n - k, n - 1] if which == "top" else [0, k - 1]
+    Hn = H.detach().double().numpy()
+    ws, Vs = zip(*(sla.eigh(Hn[b], subset_by_index=idx) for b in range(B)))
+    return (torch.from_numpy(np.stack(ws)).to(H.dtype), torch.from_numpy(np.stack(Vs)).to(H.dtype))

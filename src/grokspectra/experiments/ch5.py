@@ -2,7 +2,7 @@
 
 Slightly above δ_NN, GD from random init first fits what it can of the training set in O(1) steps (train risk
 low, test risk high), sits on a plateau while the hard overlap grows along a negative Hessian outlier, and escapes
-after ≈ log d / (2η|λ_out|) steps (brief ``mw_theory.md`` §9). Along the same batched GD trajectories
+after ≈ log d / (2η|λ_out|) steps (chapter 5). Along the same batched GD trajectories
 (``multiindex.run_gd``) we record train/test risk and overlaps at every step, and at snapshot times the lowest
 Hessian eigenpair (``hessian.lowest_eigpairs``, dense, float64) with its eigenvector's weight on θ_*
 (``hessian.overlap_with``).
@@ -18,10 +18,10 @@ import torch
 from .. import hessian as hs
 from .. import multiindex as mi
 from .. import transitions as tr
+from ..transitions import extreme_eigvecs, hard_cos, parse_student
 from ..device import get_dtype
 from ..params import Param, Schema
 from . import experiment
-from .ch4 import extreme_eigvecs, hard_cos, parse_student
 
 SECTION = "ch5_grokking"
 
@@ -50,7 +50,6 @@ SCHEMA = Schema(
     Param("dtype", str, choices=("float32", "float64"), help="GD precision"),
 )
 
-MODULES = ["grokspectra.multiindex", "grokspectra.hessian", "grokspectra.transitions", "grokspectra.experiments.ch4"]
 
 
 def _link(p):
@@ -59,7 +58,7 @@ def _link(p):
 
 def snapshot_spectrum(theta: torch.Tensor, X, y, Ts, act: str, k: int = 2) -> dict:
     """Lowest ``k`` Hessian eigenpairs at Θ (batched over trials, exact dense H of ``hessian.hessian_dense`` in
-    float64; brief §5.1; ``hessian.lowest_eigpairs`` on the GPU) and, for the lowest,
+    float64; eq. app-weights; ``hessian.lowest_eigpairs`` on the GPU) and, for the lowest,
     its weight on span(θ_*) ⊗ R^m (``hessian.overlap_with``) and the weight of Θ on that eigenvector.
 
     Returns numpy arrays [trials]: ``lam`` (λ_min), ``lam2`` (second lowest), ``ov`` (|P_* v|²), ``mv``
@@ -78,7 +77,7 @@ def snapshot_spectrum(theta: torch.Tensor, X, y, Ts, act: str, k: int = 2) -> di
 
 
 def predicted_escape(t0: float, lam, ov, mv, eta: float, threshold: float):
-    """Escape time predicted from the Hessian at the plateau time t0 (brief §9): the component of Θ along the
+    """Escape time predicted from the Hessian at the plateau time t0 (chapter 5): the component of Θ along the
     outlier eigenvector v grows by (1 + η|λ|) per step, and |cos(θ, θ_*)| ≈ |⟨v, θ_*⟩| · |⟨v, θ⟩|/‖θ‖ · (1 + η|λ|)^{t − t0},
     so it reaches the threshold at t0 + log(threshold / (√ov · mv)) / log(1 + η|λ|) (∞ when λ ≥ 0)."""
     m0 = np.sqrt(np.asarray(ov, float)) * np.asarray(mv, float)
@@ -88,8 +87,8 @@ def predicted_escape(t0: float, lam, ov, mv, eta: float, threshold: float):
 @experiment(SECTION, keys=["student", "link", "clip", "grok_delta", "below_delta", "d_list", "seeds", "T",
                            "hess_every", "hess_T", "hess_dmax", "n_test", "seed", "dtype"])
 def curves(p: dict, device: torch.device) -> dict:
-    """Grokking curves (brief §9) at δ = grok_delta and the control δ = below_delta, for each d, with Hessian
-    snapshots along the same trajectories (brief §5.1, §6).
+    """Grokking curves (chapter 5) at δ = grok_delta and the control δ = below_delta, for each d, with Hessian
+    snapshots along the same trajectories (eq. app-weights; eq. app-outlier).
 
     Parameters
     ----------
@@ -140,7 +139,7 @@ def curves(p: dict, device: torch.device) -> dict:
 @experiment(SECTION, keys=["student", "link", "clip", "tgrok_d", "tgrok_deltas", "tgrok_seeds", "tgrok_T", "t0",
                            "n_test", "seed", "dtype"])
 def tgrok(p: dict, device: torch.device) -> dict:
-    """Time to grok against δ (brief §9: divergence as δ ↓ δ_NN) with the Hessian at the plateau time t0, from
+    """Time to grok against δ (chapter 5: divergence as δ ↓ δ_NN) with the Hessian at the plateau time t0, from
     which eq. ch5-tgrok predicts each run's escape (:func:`predicted_escape`).
 
     Parameters
