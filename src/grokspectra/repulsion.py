@@ -1,9 +1,9 @@
-"""Theorem 6 (repulsion, Tian as restated by Xu) and what its numerical test measures (brief §2.1–§2.3, §3.4).
+"""Theorem 6 (repulsion, Tian as restated by Xu) and what its numerical test measures.
 
-Objects, for hidden activations F ∈ ℝ^{n×K} on the training set (brief §2.1):
+Objects, for hidden activations F ∈ ℝ^{n×K} on the training set:
 
 * F̃ = P₁^⊥F (columns centred over samples), f̃_j its column j;
-* B = (F̃ᵀF̃ + ηI_K)⁻¹ = (1/η)I_K − (1/η)F̃ᵀ(F̃F̃ᵀ + ηI_n)⁻¹F̃ (Woodbury; the brief and Xu's code put 1/η² in
+* B = (F̃ᵀF̃ + ηI_K)⁻¹ = (1/η)I_K − (1/η)F̃ᵀ(F̃F̃ᵀ + ηI_n)⁻¹F̃ (Woodbury; Xu's code puts 1/η² in
   front of the second term, see :func:`woodbury_B`);
 * P_η = I_n − F̃BF̃ᵀ = η(F̃F̃ᵀ + ηI_n)⁻¹ and the leave-two-out P_{η,−jℓ} = η(F̃_{−jℓ}F̃_{−jℓ}ᵀ + ηI_n)⁻¹.
 
@@ -22,7 +22,7 @@ import torch
 
 
 def centre(F: torch.Tensor) -> torch.Tensor:
-    """F̃ = P₁^⊥F = F − 𝟙(𝟙ᵀF)/n in float64 (brief §2.1)."""
+    """F̃ = P₁^⊥F = F − 𝟙(𝟙ᵀF)/n in float64."""
     F = F.double()
     return F - F.mean(0, keepdim=True)
 
@@ -47,11 +47,11 @@ def _cholesky(A: torch.Tensor) -> torch.Tensor:
 
 
 def woodbury_B(Ft: torch.Tensor, eta: float, *, xu_factor: bool = False) -> torch.Tensor:
-    """B = (F̃ᵀF̃ + ηI)⁻¹ = (1/η)I − (1/η)F̃ᵀ(F̃F̃ᵀ + ηI)⁻¹F̃ by the Woodbury identity (brief §2.1), float64, K×K.
+    """B = (F̃ᵀF̃ + ηI)⁻¹ = (1/η)I − (1/η)F̃ᵀ(F̃F̃ᵀ + ηI)⁻¹F̃ by the Woodbury identity, float64, K×K.
 
     The inner n×n inverse is taken with ``torch.linalg.inv`` as in Xu's script. Note the factor: Woodbury with
     A = ηI gives (1/η)I − (1/η²)F̃ᵀ(I + F̃F̃ᵀ/η)⁻¹F̃ = (1/η)I − (1/η)F̃ᵀ(F̃F̃ᵀ + ηI)⁻¹F̃. Xu's ``woodbury_B``
-    (theorem6_verify.py @1fbaa890, and the brief's transcription) multiplies F̃ᵀ(F̃F̃ᵀ + ηI)⁻¹F̃ by 1/η² instead;
+    (theorem6_verify.py @1fbaa890) multiplies F̃ᵀ(F̃F̃ᵀ + ηI)⁻¹F̃ by 1/η² instead;
     ``xu_factor=True`` reproduces that matrix, whose off-diagonal entries are the true B_jℓ times 1/η (same signs).
     """
     return _woodbury_from(_ftinvf(Ft.double(), eta), eta, xu_factor)
@@ -86,7 +86,7 @@ def cosine_matrix(Ft: torch.Tensor) -> torch.Tensor:
 
 
 def top_pairs(Ft: torch.Tensor, top: int = 200) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Xu's pair selection (brief §3.4): the ``top`` pairs j < ℓ with the largest |cos(f̃_j, f̃_ℓ)|.
+    """Xu's pair selection: the ``top`` pairs j < ℓ with the largest |cos(f̃_j, f̃_ℓ)|.
 
     Returns ``(j, l, sim)`` with the signed similarity, ordered by decreasing |sim|.
     """
@@ -102,7 +102,7 @@ def top_pairs(Ft: torch.Tensor, top: int = 200) -> tuple[torch.Tensor, torch.Ten
 
 def leave_two_out(Ft: torch.Tensor, eta: float, j, l, Kn: torch.Tensor | None = None) -> torch.Tensor:
     """The 2×2 matrix UᵀP_{η,−jℓ}U, U = [f̃_j f̃_ℓ], with the exact leave-two-out projector
-    P_{η,−jℓ} = η(F̃_{−jℓ}F̃_{−jℓ}ᵀ + ηI)⁻¹ (brief §2.1), by a Cholesky solve of that n×n matrix.
+    P_{η,−jℓ} = η(F̃_{−jℓ}F̃_{−jℓ}ᵀ + ηI)⁻¹, by a Cholesky solve of that n×n matrix.
 
     ``j`` and ``l`` are ints (returns ``[2, 2]``) or equal-length index tensors (returns ``[P, 2, 2]``, one
     n×n factorisation per pair, batched). ``Kn`` is an optional precomputed :func:`kernel`; the two columns are
@@ -117,14 +117,14 @@ def leave_two_out(Ft: torch.Tensor, eta: float, j, l, Kn: torch.Tensor | None = 
 
 
 def schur_B_block(Ft: torch.Tensor, eta: float, j: int, l: int, Kn: torch.Tensor | None = None) -> torch.Tensor:
-    """The {j, ℓ} block of B from the Schur complement: S⁻¹ with S = UᵀP_{η,−jℓ}U + ηI₂ (brief §2.3)."""
+    """The {j, ℓ} block of B from the Schur complement: S⁻¹ with S = UᵀP_{η,−jℓ}U + ηI₂."""
     S = leave_two_out(Ft, eta, j, l, Kn)
     S = S + eta * torch.eye(2, dtype=S.dtype, device=S.device)
     return torch.linalg.inv(S)
 
 
 def xu_residuals(Ft: torch.Tensor, B: torch.Tensor, j: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
-    """Xu's residual similarity f̃_jᵀ(f̃_ℓ − F̃(BF̃ᵀf̃_ℓ)), the full P_η standing in for P_{η,−jℓ} (brief §3.4).
+    """Xu's residual similarity f̃_jᵀ(f̃_ℓ − F̃(BF̃ᵀf̃_ℓ)), the full P_η standing in for P_{η,−jℓ}.
 
     In exact arithmetic it equals −η²B_jℓ; in floating point the subtraction cancels almost all of f̃_ℓ."""
     Fl = Ft[:, l]
@@ -132,7 +132,7 @@ def xu_residuals(Ft: torch.Tensor, B: torch.Tensor, j: torch.Tensor, l: torch.Te
 
 
 def checkpoint(F: torch.Tensor, eta: float, *, top: int = 200, n_exact: int = 10, xu: bool = True) -> dict[str, torch.Tensor]:
-    """Theorem-6 statistics of one checkpoint (brief §3.4, §2.3), all float64.
+    """Theorem-6 statistics of one checkpoint, all float64.
 
     Parameters
     ----------
