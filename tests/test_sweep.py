@@ -291,3 +291,17 @@ def test_two_processes_on_one_sweep_leave_intact_entries(tmp_path):
     got, n, total = HEAD.load(TINY, name, st.Store(tmp_path))
     assert (n, total) == (4, 4) and got is not None
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_chapters_are_found_without_a_list_and_import_no_other_chapter():
+    import ast
+
+    names = ex.chapter_names()
+    assert names == sorted(names, key=lambda n: int(n[2:])) and {"ch1", "ch7"} <= set(names)
+    assert {n.split(".")[0] for n in ex.REGISTRY} == set(names)  # every chapter registers experiments
+    for n in names:
+        tree = ast.parse((REPO / "src" / "grokspectra" / "experiments" / f"{n}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level >= 1:
+                mods = [node.module or ""] + [a.name for a in node.names]
+                assert not any(m.startswith("ch") and m[2:3].isdigit() for m in mods), f"{n} imports {mods}"
