@@ -329,7 +329,7 @@ def test_threads_follow_the_free_cores(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(dv, "available_cores", lambda: 8)
     try:
-        for load, want in ((0.0, 8), (2.4, 6), (7.6, 1), (30.0, 1)):
+        for load, want in ((0.0, 8), (1.1, 8), (3.4, 6), (8.6, 1), (30.0, 1)):
             monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
             assert dv.choose_threads(apply=False) == want
         monkeypatch.setenv("GROKSPECTRA_THREADS", "3")

@@ -131,8 +131,9 @@ def choose_threads(*, apply: bool = True) -> int:
     """The number of torch CPU threads, and (``apply``) set it.
 
     ``$GROKSPECTRA_THREADS`` (a positive integer) wins; otherwise, when ``$OMP_NUM_THREADS`` is set, torch's own
-    choice from it is kept; otherwise the cores actually free: ``max(1, min(cores, round(cores − load)))`` with
-    ``cores`` from :func:`available_cores` and ``load`` the 1-minute load average. On a busy machine more threads
+    choice from it is kept; otherwise the cores actually free: ``max(1, min(cores, round(cores − (load − 1)⁺)))``
+    with ``cores`` from :func:`available_cores` and ``load`` the 1-minute load average, less the one runnable
+    process that is this job's own pipeline (so a job alone on the machine uses every core). On a busy machine more threads
     than free cores make every thread wait for the others at each parallel region, which can be many times slower
     than one thread. Raises :class:`SettingError` naming the variable when its value is not a positive integer.
     """
@@ -154,7 +155,7 @@ def choose_threads(*, apply: bool = True) -> int:
             load = os.getloadavg()[0]
         except (AttributeError, OSError):
             load = 0.0
-        n = max(1, min(cores, round(cores - load)))
+        n = max(1, min(cores, round(cores - max(0.0, load - 1.0))))
     if apply and n != torch.get_num_threads():
         torch.set_num_threads(n)
     if apply:
