@@ -200,3 +200,11 @@ def table_md_compact(rows: list[Claim]) -> str:
         agree = r.mark() + (f" {r.note}" if r.note else "") + (f" ({r.scale})" if shown else "")
         out.append("| " + " | ".join(_cell(c) for c in (claim, r.claimed, r.ours, agree)) + " |")
     return "\n".join(out)
+
+
+def sci_tex(x: float) -> str:
+    """A small number as TeX: 2e-4 → '2\\times10^{-4}', 1e-5 → '10^{-5}', 0 → '0' (no dollars)."""
+    if x == 0:
+        return "0"
+    m, e = f"{x:.0e}".split("e")
+    return f"{int(m)}\\times10^{{{int(e)}}}" if int(m) != 1 else f"10^{{{int(e)}}}"

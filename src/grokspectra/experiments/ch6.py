@@ -25,7 +25,7 @@ import torch
 from .. import modadd, repulsion
 from ..device import device_name, get_device, synchronize
 from ..params import Param, Schema
-from ..report import Claim, fmt
+from ..report import Claim, fmt, sci_tex
 from .. import sweep
 from . import experiment
 
@@ -318,10 +318,7 @@ BENCHMARKS = {"modadd": bench_modadd}
 # --- the chapter's analysis: figures, tables and the claims table (used by the notebook; tested) --------------
 def _eta_tex(eta: float) -> str:
     """η as mathtext: '$\\eta = 2\\times10^{-4}$', '$\\eta = 0$'."""
-    if eta == 0:
-        return "$\\eta = 0$"
-    m, e = f"{eta:.0e}".split("e")
-    return f"$\\eta = {int(m)}\\times10^{{{int(e)}}}$" if int(m) != 1 else f"$\\eta = 10^{{{int(e)}}}$"
+    return f"$\\eta = {sci_tex(eta)}$"
 
 
 def seed_range(n: int) -> str:

@@ -24,6 +24,7 @@ import torch
 from .. import lockin, modadd
 from ..params import Param, Schema
 from .. import sweep
+from ..report import sci_tex
 from . import experiment
 
 SECTION = "ch7_lockin"
@@ -422,14 +423,6 @@ def headline_summary(H) -> dict:
         "floor": float(np.nanmedian(eig[:S, E // 2:, 4] / eig[:S, E // 2:, 0])),
         "s3rel": float(np.nanmedian(eig[:S, E // 2:, 2] / eig[:S, E // 2:, 0])),
     }
-
-
-def sci_tex(x: float) -> str:
-    """A small number as TeX: 2e-4 → '2\\times10^{-4}', 1e-5 → '10^{-5}', 0 → '0' (no dollars)."""
-    if x == 0:
-        return "0"
-    m, e = f"{x:.0e}".split("e")
-    return f"{int(m)}\\times10^{{{int(e)}}}" if int(m) != 1 else f"10^{{{int(e)}}}"
 
 
 def _eta_tex(eta: float) -> str:
