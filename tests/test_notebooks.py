@@ -150,7 +150,7 @@ def test_docs_cite_no_notes_or_issues(path):
 
 
 def test_source_check_catches_what_it_should():
-    bad = "as in " + "bri" + "ef §11 R4; see iss" + "ue 5 and tests/test_spectral.py; shared/briefs/mw_theory.md"
+    bad = "as in " + "bri" + "ef §11 R4; see iss" + "ue 5 and tests/test_spectral.py; shared/" + "bri" + "efs/mw_" + "theory.md"
     found = _offences(bad, {**NOT_A_SOURCE, "a file outside the book": OUTSIDE_THE_BOOK})
     assert len(found) >= 4, found
     ok = "the appendix {eq}`app-bulk`; {cite}`xu2026code`, Table 2; `make run NB=ch6_repulsion`; params/ci.yaml"

@@ -7,7 +7,7 @@ Objects, for hidden activations F ∈ ℝ^{n×K} on the training set:
   front of the second term, see :func:`woodbury_B`);
 * P_η = I_n − F̃BF̃ᵀ = η(F̃F̃ᵀ + ηI_n)⁻¹ and the leave-two-out P_{η,−jℓ} = η(F̃_{−jℓ}F̃_{−jℓ}ᵀ + ηI_n)⁻¹.
 
-Theorem 6 says sgn B_jℓ = −sgn(f̃_jᵀP_{η,−jℓ}f̃_ℓ). Brief §2.3: this is an identity. With U = [f̃_j f̃_ℓ], the
+Theorem 6 says sgn B_jℓ = −sgn(f̃_jᵀP_{η,−jℓ}f̃_ℓ). This is an identity. With U = [f̃_j f̃_ℓ], the
 {j, ℓ} block of B is S⁻¹ for the Schur complement S = UᵀP_{η,−jℓ}U + ηI₂ (positive definite), so
 B_jℓ = −S_jℓ / det S. And B_jℓ = −(1/η) f̃_jᵀ(F̃F̃ᵀ + ηI)⁻¹f̃_ℓ for j ≠ ℓ, i.e. f̃_jᵀP_ηf̃_ℓ = −η²B_jℓ.
 
