@@ -164,3 +164,37 @@ def test_gram_stats_blocked_equals_dense(blocks):
     C = Ft.T @ Ft
     ratio = (C.abs().sum() - C.diagonal().abs().sum()) / (41 * 40) / C.diagonal().abs().mean()
     assert math.isclose(got["ftf_ratio"][0], ratio, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("act", ["x2", "relu", "gelu"])
+def test_logits_blocked_equals_whole_grid(act):
+    """The CPU path (blocks of a, one run at a time) and the GPU path (whole grid, one batched product) give the
+    same outputs, and both equal σ(XWᵀ)Vᵀ formed from explicit one-hot inputs (float64)."""
+    R, M, K = 2, 7, 5
+    g = torch.Generator().manual_seed(3)
+    Wt = torch.randn(R, 2 * M, K, generator=g, dtype=torch.float64)
+    V = torch.randn(R, M, K, generator=g, dtype=torch.float64)
+    whole = modadd.logits_all(Wt, V, act, torch.empty(R, M * M, M, dtype=torch.float64),
+                              torch.empty(R, M, M, K, dtype=torch.float64))
+    blocked = modadd.logits_all(Wt, V, act, torch.empty(R, M * M, M, dtype=torch.float64),
+                                torch.empty(3, M, K, dtype=torch.float64))  # 3 does not divide 7: a short last block
+    a = torch.arange(M).repeat_interleave(M)
+    b = torch.arange(M).repeat(M)
+    X = torch.cat([torch.nn.functional.one_hot(a, M), torch.nn.functional.one_hot(b, M)], -1).double()
+    ref = modadd.act_fn(act, X @ Wt) @ V.transpose(1, 2)
+    torch.testing.assert_close(whole, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(blocked, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_column_sums_sparse_equals_dense():
+    """XᵀdZ by the block-diagonal sparse product equals the dense product with explicit one-hot Xᵀ, bit for bit
+    in float64 (each entry is a sum of the same few terms)."""
+    R, M, n, K = 3, 5, 11, 4
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randint(0, M, (R, n), generator=g), torch.randint(0, M, (R, n), generator=g)
+    dZ = torch.randn(R, n, K, generator=g, dtype=torch.float64)
+    X = torch.cat([torch.nn.functional.one_hot(a, M), torch.nn.functional.one_hot(b, M)], -1).double()
+    ref = X.transpose(1, 2) @ dZ
+    for sparse in (True, False):
+        torch.testing.assert_close(modadd.column_sums(a, b, M, torch.float64, sparse=sparse)(dZ), ref,
+                                   rtol=1e-14, atol=1e-14)
