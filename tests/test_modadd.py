@@ -152,18 +152,42 @@ def test_bad_input_raises():
         modadd.train(M, K, N, "x2", [0.0], [0], 2, keep_F_epochs=[3], progress=False)
 
 
-@pytest.mark.parametrize("blocks", [1, 2, 3])
-def test_gram_stats_blocked_equals_dense(blocks):
-    """The tiled symmetric Gram gives the same diagnostics for any number of tiles (float64, random F ≥ 0)."""
-    F = torch.randn(2, 30, 41, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).square()
-    ref = modadd.gram_stats(F, blocks=1)
-    got = modadd.gram_stats(F, blocks=blocks)
-    for k in ref:
-        torch.testing.assert_close(got[k], ref[k], rtol=1e-12, atol=0)
-    Ft = F[0] - F[0].mean(0)
+def _gram_reference(F: torch.Tensor) -> dict[str, float]:
+    """ftf_ratio, rho_code and rho_paper of one F [n, K] from the explicit K×K and n×n matrices (float64)."""
+    n, K = F.shape
+    Ft = F - F.mean(0)
     C = Ft.T @ Ft
-    ratio = (C.abs().sum() - C.diagonal().abs().sum()) / (41 * 40) / C.diagonal().abs().mean()
-    assert math.isclose(got["ftf_ratio"][0], ratio, rel_tol=1e-12)
+    ratio = (C.abs().sum() - C.diagonal().abs().sum()) / (K * (K - 1)) / C.diagonal().abs().mean()
+    A = F @ F.T
+    d, o = A.diagonal().mean(), (A.sum() - A.diagonal().sum()) / (n * (n - 1))
+    rho_code = (A - (d - o) * torch.eye(n, dtype=F.dtype) - o).norm() / A.norm()
+    PA = A - A.mean(0, keepdim=True)
+    d2, o2 = PA.diagonal().mean(), (PA.sum() - PA.diagonal().sum()) / (n * (n - 1))
+    rho_paper = (PA - (d2 - o2) * torch.eye(n, dtype=F.dtype) - o2).norm() / A.norm()
+    return {"ftf_ratio": float(ratio), "rho_code": float(rho_code), "rho_paper": float(rho_paper)}
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_gram_stats_from_upper_triangle_equals_dense(signed):
+    """The diagnostics from the upper triangle of FᵀF (BLAS syrk, with the mask-free sum of |G − ssᵀ/n|) equal
+    those of the explicit matrices, for F ≥ 0 (x², ReLU) and for F of both signs (GELU, SiLU), in float64; and in
+    float32 within float32 rounding."""
+    F = torch.randn(2, 30, 41, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    F = F if signed else F.square()
+    got = modadd.gram_stats(F)
+    got32 = modadd.gram_stats(F.float())
+    for r in range(2):
+        ref = _gram_reference(F[r])
+        for k, v in ref.items():
+            assert math.isclose(float(got[k][r]), v, rel_tol=1e-11), (k, r)
+            assert math.isclose(float(got32[k][r]), v, rel_tol=2e-5), (k, r)
+
+
+def test_gram_upper_is_the_upper_triangle():
+    F = torch.randn(50, 33, generator=torch.Generator().manual_seed(1))
+    U = modadd.gram_upper(F)
+    torch.testing.assert_close(U, torch.triu(F.T @ F), rtol=1e-5, atol=1e-4)
+    assert bool((torch.tril(U, -1) == 0).all())
 
 
 @pytest.mark.parametrize("act", ["x2", "relu", "gelu"])

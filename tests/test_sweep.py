@@ -305,3 +305,16 @@ def test_chapters_are_found_without_a_list_and_import_no_other_chapter():
             if isinstance(node, ast.ImportFrom) and node.level >= 1:
                 mods = [node.module or ""] + [a.name for a in node.names]
                 assert not any(m.startswith("ch") and m[2:3].isdigit() for m in mods), f"{n} imports {mods}"
+
+
+def test_code_version_does_not_depend_on_what_has_run():
+    """Running an engine (which may set up caches) leaves the code version of its experiments unchanged: a worker
+    that has not run anything yet computes the client's version."""
+    import torch
+    from grokspectra import experiments as ex
+    from grokspectra import modadd
+    exp = ex.find("ch7.headline")
+    before = exp.code()
+    modadd.gram_stats(torch.rand(1, 6, 5))
+    modadd.train(5, 4, 10, "x2", [1e-3], [0], 2, gram_every=1, band=2, progress=False)
+    assert exp.code() == before

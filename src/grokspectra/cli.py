@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import os
 import sys
@@ -200,7 +201,10 @@ def cmd_bench(a) -> int:
         benches.update(getattr(ex.chapter(ch), "BENCHMARKS", {}))
     if a.name not in benches:
         raise SystemExit(f"error: unknown benchmark {a.name!r}; known: {sorted(benches)}")
-    out = benches[a.name](device=a.device or "auto", quick=a.quick)
+    kw = {"against": a.against} if a.against else {}
+    if kw and "against" not in inspect.signature(benches[a.name]).parameters:
+        raise SystemExit(f"error: benchmark {a.name!r} takes no --against")
+    out = benches[a.name](device=a.device or "auto", quick=a.quick, **kw)
     print(json.dumps(out, indent=1))
     return 0
 
@@ -339,6 +343,8 @@ def _main(argv=None) -> int:
     b.add_argument("name")
     b.add_argument("--device", default=None)
     b.add_argument("--quick", action="store_true", help="a small size, for a smoke test")
+    b.add_argument("--against", default=None, metavar="PATH",
+                   help="another implementation's script to time side by side (bench xu: Xu's tian_eigengap.py)")
     b.set_defaults(fn=cmd_bench)
     c = sub.add_parser("check", help="validate a notebook's parameters (profile + -p overrides)")
     c.add_argument("section")
