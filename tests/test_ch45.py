@@ -321,3 +321,15 @@ def test_noisy_bisect_stops_and_says_so_when_noise_limits():
     crit_small, _ = _noisy_line(5.3, sigma=1.0)
     with pytest.raises(ValueError, match="bracket"):
         tr.noisy_bisect(crit_small, 6.0, 16.0, n0=1000, n_max=4000, reps=4)
+
+
+def test_sweep_unit_counts_diverged_trials_as_failures():
+    """A unit whose step size makes GD blow up returns, marks every trial diverged and counts none a success;
+    a stable one marks none."""
+    base = {"link": "pr_clip", "clip": 6.0, "d": 30, "delta": 4.0, "trials": 2, "T": 40, "threshold": 0.5,
+            "n_test": 256, "dtype": "float32", "seed": 3}
+    bad = ch4.sweep.fn({**base, "student": "quad:1:1000"}, torch.device("cpu"))
+    ok = ch4.sweep.fn({**base, "student": "quad:1:0.1"}, torch.device("cpu"))
+    assert bad["diverged"].tolist() == [True, True]
+    assert not np.any(np.nan_to_num(bad["cos_final"], nan=0.0) >= 0.5)
+    assert ok["diverged"].tolist() == [False, False]

@@ -77,7 +77,7 @@ def delta_alg(link_name: str, clip: float = math.inf) -> float:
 
 
 SEED_BLOCK = 16  # seeds per unit of the sweep
-SWEEP_KEYS = ("cos_final", "t_hit", "train_final", "test_final", "cos_tr", "train_tr", "test_tr")
+SWEEP_KEYS = ("cos_final", "t_hit", "train_final", "test_final", "cos_tr", "train_tr", "test_tr", "diverged")
 
 
 def _t_rec(T: int) -> np.ndarray:
@@ -133,7 +133,8 @@ def sweep(u: dict, device: torch.device) -> dict:
     GD is eq. ch4-gd on y = min(z², c) (or z², tanh z²) from θ_j ~ N(0, I/d); success is
     max_j |cos(θ_j, θ_*)| ≥ threshold (eq. ch4-success). The assembled experiment holds, [student, d, δ, seed]:
     ``cos_final``, ``t_hit`` (first step with max_j|cos| ≥ threshold, linearly interpolated; nan when never),
-    ``train_final``, ``test_final``; traces at the steps ``t_rec``: ``cos_tr``, ``train_tr``, ``test_tr``
+    ``train_final``, ``test_final``, ``diverged`` (the trial's loss or weights became non-finite or exceeded 1e30;
+    it counts as a failure); traces at the steps ``t_rec``: ``cos_tr``, ``train_tr``, ``test_tr``
     [student, d, δ, seed, len(t_rec)]; ``deltas``, ``d_list``, ``delta_alg`` (eq. ch4-dalg).
     """
     act, m, eta = parse_student(u["student"])
@@ -148,7 +149,8 @@ def sweep(u: dict, device: torch.device) -> dict:
     steps = np.arange(T + 1, dtype=float)
     return {"cos_final": cos[..., -1], "t_hit": tr.first_crossing(steps, cos, u["threshold"], direction="up"),
             "train_final": train[..., -1], "test_final": test[..., -1], "cos_tr": cos[..., t_rec],
-            "train_tr": train[..., t_rec], "test_tr": test[..., t_rec]}
+            "train_tr": train[..., t_rec], "test_tr": test[..., t_rec],
+            "diverged": (g["diverged_at"] >= 0).cpu().numpy()}
 
 
 def lal_trimmed(y, floor: float = -10.0):
