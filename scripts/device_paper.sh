@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One prepared run on a borrowed GPU machine: compute what is still missing of the paper profile, in the order the
+# book needs it, within a time budget, then pack the store so the results can be brought back and committed.
+#
+#   BUDGET=480 OUT=/some/dir bash scripts/device_paper.sh        # needs only torch + this checkout (no Jupyter)
+#
+# Finished units are stored one by one (results/paper/...), so stopping at the budget loses at most the unit in
+# progress; a later run (here or on a CPU) computes only what is still missing.
+set -u
+PYTHON=${PYTHON:-python}
+cd "$(dirname "$0")/.."
+BUDGET=${BUDGET:-480}                  # seconds of computing, start-up and packing not included
+OUT=${OUT:-$PWD/build}
+ORDER=${ORDER:-"ch6 ch7.headline ch7.eta_long ch7.eta_sweep ch7.relu ch7.grid ch1 ch2 ch4.sweep ch3 ch4 ch5"}
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" GROKSPECTRA_PROGRESS=0
+DEVICE=${DEVICE:-cuda}
+mkdir -p "$OUT"
+"$PYTHON" -m grokspectra status --profile paper
+start=$(date +%s)
+for e in $ORDER; do
+  left=$(( BUDGET - ($(date +%s) - start) ))
+  if [ "$left" -lt 20 ]; then echo "budget spent before $e"; break; fi
+  echo "== $(date -u +%H:%M:%S) $e (${left} s left)"
+  timeout -s INT -k 15 "$left" "$PYTHON" -m grokspectra run "$e" --profile paper --device "$DEVICE" \
+    || echo "stopped or failed: $e (exit $?)"
+done
+"$PYTHON" -m grokspectra status --profile paper
+"$PYTHON" -m grokspectra pack "$OUT/results-paper.tar.gz" --profile paper
