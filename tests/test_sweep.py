@@ -318,3 +318,14 @@ def test_code_version_does_not_depend_on_what_has_run():
     modadd.gram_stats(torch.rand(1, 6, 5))
     modadd.train(5, 4, 10, "x2", [1e-3], [0], 2, gram_every=1, band=2, progress=False)
     assert exp.code() == before
+
+
+def test_stored_units_are_timed_by_the_current_cost_model(tmp_path):
+    """A stored unit's seconds are divided by its cost under today's model (from its parameters), not by the cost
+    recorded with it, which may come from an older model or from none."""
+    e = ex.find("ch4.sweep")
+    u = min(e.units(e.params(e.schema.validate(load_profile("ci", e.section)))), key=e.cost_of)
+    store = st.Store(tmp_path)
+    store.save(e.name, u, e.code(), "ci", {"x": np.zeros(1)}, wall_s=2.0 * e.cost_of(u), extra={"cost": 1.0})
+    rate, how = sweep.estimate_rate(e, store, time_probe=False)
+    assert rate == pytest.approx(2.0) and "1 stored unit" in how

@@ -187,8 +187,9 @@ def estimate_rate(exp, store: Store, device: str = "auto", time_probe: bool = Tr
         return (float(rates[0]), "stored") if rates else (float("nan"), "no cost model for this experiment")
     rates = []
     for m in store.metas(exp.name):
-        if m.get("code") == exp.code() and m.get("cost") and m.get("wall_s") == m.get("wall_s"):
-            rates.append(float(m["wall_s"]) / float(m["cost"]))
+        cost = _stored_cost(exp, m)
+        if m.get("code") == exp.code() and cost > 0 and m.get("wall_s") == m.get("wall_s"):
+            rates.append(float(m["wall_s"]) / cost)
     if rates:
         return float(np.median(rates)), f"from {len(rates)} stored unit(s)"
     if not time_probe:
@@ -198,6 +199,15 @@ def estimate_rate(exp, store: Store, device: str = "auto", time_probe: bool = Tr
         return float("nan"), "no probe unit"
     arrays, wall, _ = _compute(exp.name, exp.code(), probe, device, None)
     return wall / max(exp.cost_of(probe), 1e-12), f"timed a probe unit ({wall:.1f} s)"
+
+
+def _stored_cost(exp, meta: Mapping) -> float:
+    """A stored unit's cost under the current cost model, from its parameters (the cost recorded with it may come
+    from an older model, or from none); the recorded cost when its parameters do not fit the model."""
+    try:
+        return exp.cost_of(meta["params"])
+    except (KeyError, TypeError, ValueError):
+        return float(meta.get("cost") or 0.0)
 
 
 def blocks(seeds: Sequence[int], size: int) -> list[list[int]]:
