@@ -329,3 +329,40 @@ def test_stored_units_are_timed_by_the_current_cost_model(tmp_path):
     store.save(e.name, u, e.code(), "ci", {"x": np.zeros(1)}, wall_s=2.0 * e.cost_of(u), extra={"cost": 1.0})
     rate, how = sweep.estimate_rate(e, store, time_probe=False)
     assert rate == pytest.approx(2.0) and "1 stored unit" in how
+
+
+# the one experiment without a cost model: its work does not depend on its parameters (n = 40, K = 56 at any η), so
+# its stored paper result times it
+FIXED_SIZE = {"ch6.identity"}
+
+
+def test_every_experiment_has_a_cost_model(tmp_path):
+    """`run --dry-run` can estimate every experiment of every chapter: each unit of both profiles has a finite positive
+    cost, the probe unit is a cheaper unit of the same kind, and with one stored timing per experiment (written here,
+    nothing is computed) the CI profile's dry run without probes gives a number for each."""
+    store = st.Store(tmp_path)
+    for name, e in sorted(ex.REGISTRY.items()):
+        ci = e.units(e.params(e.schema.validate(load_profile("ci", e.section))))
+        paper = e.units(e.params(e.schema.validate(load_profile("paper", e.section))))
+        if name in FIXED_SIZE:
+            assert e._cost is None and len(ci) == len(paper) == 1, name
+            store.save(name, paper[0], e.code(), "paper", {"x": np.zeros(1)}, wall_s=1.0)
+            continue
+        assert e._cost is not None, f"{name} has no cost model (cost= in its @experiment)"
+        costs = [e.cost_of(u) for u in ci + paper]
+        assert all(np.isfinite(c) and c > 0 for c in costs), (name, costs)
+        cheapest = min(ci, key=e.cost_of)
+        probe = e.probe_unit()
+        assert sorted(probe) == sorted(cheapest) and e.cost_of(probe) <= e.cost_of(cheapest), name
+        store.save(name, cheapest, e.code(), "timing", {"x": np.zeros(1)}, wall_s=1.0, extra={"cost": 1.0})
+    r = subprocess.run([sys.executable, "-m", "grokspectra", "run", "all", "--profile", "ci", "--dry-run",
+                        "--no-probe", "--store", str(tmp_path)], env=ENV, cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    heads = {x.split(" [")[0]: x for x in r.stdout.splitlines() if not x.startswith(" ") and " [ci]" in x}
+    assert sorted(heads) == sorted(ex.REGISTRY)
+    for name, line in heads.items():
+        assert "left ? (" not in line, line
+        if len(ex.REGISTRY[name].units(ex.REGISTRY[name].params(load_profile("ci", ex.REGISTRY[name].section)))) == 1 \
+                and name not in FIXED_SIZE:
+            assert "left 1 s (" in line, line  # the stored unit is the CI unit itself: its 1 s, whatever was recorded
+    assert "no estimate" not in r.stdout.splitlines()[-1]

@@ -91,7 +91,51 @@ def _law_summary(G, zeta, delta, xs, n_plot):
     return o, e_dens, rho
 
 
-@experiment(SECTION, keys=["act", "m", "link", "eta", "deltas", "times", "d", "N", "N_plot", "n_x", "seed"])
+# --- cost model of `run --dry-run`: about seconds on one CPU thread (measured); the timed probe rescales it ----------
+def _gd_s(n: int, d: int, m: int, T: int) -> float:
+    """GD of one trial: T steps of two passes over X, ∝ n·d·T (a little more for m > 1)."""
+    return 2.2e-9 * n * d * T * (1 + m) / 2
+
+
+def _eigh_s(n: int, d: int, m: int) -> float:
+    """One dense Hessian, ∝ n·(md)², and its full eigendecomposition, ∝ (md)³."""
+    return 1e-10 * n * (m * d) ** 2 + 3.2e-10 * (m * d) ** 3
+
+
+def _dmft_s(N: int, T: int, m: int) -> float:
+    """One DMFT run with its memory terms, ∝ N·m²·T²·(1 + T/40)."""
+    return 4e-8 * N * m * m * T * T * (1 + T / 40)
+
+
+def _law_s(N: int, m: int) -> float:
+    """The outlier equation or the branch end of a law of N samples (a march on the real axis), ∝ m·(1 + N/20000)."""
+    return 0.3 * m + 1.5e-5 * N * m
+
+
+def _curves_s(N: int, m: int, n_x: int) -> float:
+    """The density edge and the density curve of a law of N samples, ∝ N·m²·(1 + n_x/150)."""
+    return 2.5e-4 * N * m * m + 1.7e-6 * N * n_x * m * m
+
+
+def _bulk_cost(p: dict) -> float:
+    """Per δ: GD, a DMFT run (N·m²·T²) and, per t, a dense eigendecomposition ((md)³) and the edges and densities
+    of both laws (N_plot·n_x·m²)."""
+    d, m, T = p["d"], p["m"], max(p["times"])
+    total = 0.0
+    for dl in p["deltas"]:
+        n = round(dl * d)
+        laws = sum(_law_s(k, m) + _curves_s(min(k, p["N_plot"]), m, p["n_x"]) for k in (n, p["N"]))
+        total += _gd_s(n, d, m, T) + _dmft_s(p["N"], T, m) + len(p["times"]) * (_eigh_s(n, d, m) + laws)
+    return total
+
+
+def _bulk_shrink(p: dict) -> dict:
+    """One δ and one t at d = 100, with small laws."""
+    return {**p, "deltas": p["deltas"][:1], "times": p["times"][:1], "d": 100, "N": 2000, "N_plot": 500, "n_x": 10}
+
+
+@experiment(SECTION, keys=["act", "m", "link", "eta", "deltas", "times", "d", "N", "N_plot", "n_x", "seed"],
+            cost=_bulk_cost, shrink=_bulk_shrink)
 def bulk(p, device):
     """Bounded phase retrieval from random initialisation: empirical Hessian spectra of GD vs the bulk law from the empirical D_i and from the DMFT law G_t."""
     deltas, times = p["deltas"], p["times"]
@@ -135,7 +179,22 @@ def bulk(p, device):
     return out
 
 
-@experiment(SECTION, keys=["act", "m", "eta", "deltas", "times", "d", "N_caveat", "seed"])
+def _caveat_cost(p: dict) -> float:
+    """Two GD runs with a dense eigendecomposition ((md)³) at the largest δ, a DMFT run of max(N_caveat) paths
+    (N·m²·T²) and the branch end of each law."""
+    d, m, T = p["d"], p["m"], max(p["times"])
+    n = round(max(p["deltas"]) * d)
+    laws = sum(_law_s(N, m) for N in p["N_caveat"]) + 4 * _law_s(n, m)
+    return 2 * (_gd_s(n, d, m, T) + _eigh_s(n, d, m)) + _dmft_s(max(p["N_caveat"]), T, m) + laws
+
+
+def _caveat_shrink(p: dict) -> dict:
+    """The first t at d = 100, with two small laws."""
+    return {**p, "times": p["times"][:1], "d": 100, "N_caveat": [1000, 2000]}
+
+
+@experiment(SECTION, keys=["act", "m", "eta", "deltas", "times", "d", "N_caveat", "seed"], cost=_caveat_cost,
+            shrink=_caveat_shrink)
 def caveat(p, device):
     """y = z² at the largest δ and last t: GD spectrum, localisation of its lowest modes, and the left
     edge of the law of D(u; y) as the law's sample size grows (DMFT law and the empirical D_i, sub-sampled)."""

@@ -82,6 +82,38 @@ def _even(n: int) -> int:
     return max(2, n - n % 2)
 
 
+# --- cost model of `run --dry-run`: about seconds on one CPU thread (measured); the timed probe rescales it ----------
+def _gd_s(n: int, d: int, m: int, T: int, trials: int) -> float:
+    """GD: T steps of two passes over X for each trial, ∝ trials·n·d·T (a little more for m > 1)."""
+    return 2.2e-9 * trials * n * d * T * (1 + m) / 2
+
+
+def _eigh_s(n: int, d: int, m: int) -> float:
+    """One dense Hessian, ∝ n·(md)², and its full eigendecomposition, ∝ (md)³."""
+    return 1e-10 * n * (m * d) ** 2 + 3.2e-10 * (m * d) ** 3
+
+
+def _dmft_s(N: float, T: int, m: int) -> float:
+    """One DMFT run with its memory terms, ∝ N·m²·T²·(1 + T/40)."""
+    return 4e-8 * N * m * m * T * T * (1 + T / 40)
+
+
+def _law_s(N: float, m: int) -> float:
+    """Outlier equation, criterion or bulk edge of a law of N samples (a march on the real axis), ∝ m·(1 + N/20000)."""
+    return 0.3 * m + 1.5e-5 * N * m
+
+
+def _bisect_points(lo: float, hi: float, rtol: float) -> int:
+    """δ points of one ``noisy_bisect``: the two ends and the halvings of log(hi/lo) down to log(1 + rtol)."""
+    halvings = math.log2(max(math.log(hi / lo), 1e-9) / math.log1p(rtol)) if hi > lo else 0.0
+    return 2 + min(20, max(0, math.ceil(halvings)))
+
+
+def _bisect_paths(n0: int, n_max: int) -> float:
+    """Typical paths per replicate at a δ point of a bisection doubling them from n0 up to n_max: √(n0·n_max)."""
+    return math.sqrt(n0 * max(n0, n_max))
+
+
 def _law(r, t, act, lk):
     law = r["law"][t]
     G = mi.per_sample_D(law["u"], law["y"], act).double().cpu()
@@ -93,7 +125,28 @@ def _outlier_row(G, zeta, delta):
     return [o["root"] if o["exists"] else np.nan, o["overlap"] if o["exists"] else np.nan, o["edge"], o["phi_edge"]]
 
 
-@experiment(SECTION, keys=["quad_t", "gelu_t", "out_d", "out_N", "out_seeds", "quad_deltas", "gelu_deltas", "seed"])
+def _outliers_cost(p: dict) -> float:
+    """Per student: GD (seeds·n·d·t), per (δ, seed) a dense eigendecomposition ((md)³, n·(md)²) and its outlier
+    equation, per δ three DMFT runs (N·m²·t²) and their outlier equations."""
+    d, N, R = p["out_d"], p["out_N"], p["out_seeds"]
+    total = 0.0
+    for name, st in STUDENTS.items():
+        m, t = st["m"], p[f"{name}_t"]
+        for dl in p[f"{name}_deltas"]:
+            n = round(dl * d)
+            total += _gd_s(n, d, m, t, R) + R * (_eigh_s(n, d, m) + _law_s(n, m))
+            total += 3 * (_dmft_s(N, t, m) + _law_s(N, m))
+    return total
+
+
+def _outliers_shrink(p: dict) -> dict:
+    """One seed and the first δ of each student at d = 100, with small DMFT laws."""
+    return {**p, "out_d": 100, "out_N": 2000, "out_seeds": 1, "quad_deltas": p["quad_deltas"][:1],
+            "gelu_deltas": p["gelu_deltas"][:1]}
+
+
+@experiment(SECTION, keys=["quad_t", "gelu_t", "out_d", "out_N", "out_seeds", "quad_deltas", "gelu_deltas", "seed"],
+            cost=_outliers_cost, shrink=_outliers_shrink)
 def outliers(p, device):
     """Lowest eigenpair of the GD Hessian vs the outlier equation (eq. app-outlier, app-overlap), for ``out_seeds``
     independent GD runs per δ, each against the outlier equation on **its own** empirical law of the weights D_i;
@@ -182,8 +235,27 @@ def _dnn_cell(act, m, link, scale, times, p, eta, device, seed):
 DNN_FIELDS = ("delta_nn", "lo", "hi", "noise_limited", "root_mc_se", "edge", "edge_se")
 
 
+def _dnn_cost(p: dict) -> float:
+    """Per cell (act, m, link, scale): replicates × δ points of the bisections × a DMFT run of √(N·N_max) paths to
+    max(times) (N·m²·T²), shared by every t, and a criterion per t."""
+    k = _bisect_points(p["dnn_lo"], p["dnn_hi"], p["dnn_rtol"])
+    n, T, nt = _bisect_paths(p["dnn_N"], p["dnn_Nmax"]), max(p["dnn_times"]), len(p["dnn_times"])
+    runs = 2 + nt * (k - 2)  # the bracket's ends are evaluated once for every t
+    per_m = sum(runs * _dmft_s(n, T, m) + nt * k * _law_s(n, m) for m in p["dnn_ms"])
+    return len(p["dnn_acts"]) * len(p["dnn_links"]) * len(p["dnn_scales"]) * p["dnn_reps"] * per_m
+
+
+def _dnn_shrink(p: dict) -> dict:
+    """One cell and the last t, two replicates of ``dnn_N`` paths at the two ends of a bracket too narrow to bisect
+    (always four DMFT runs, whatever the signs)."""
+    return {**p, "dnn_acts": p["dnn_acts"][:1], "dnn_ms": p["dnn_ms"][:1], "dnn_links": p["dnn_links"][:1],
+            "dnn_scales": p["dnn_scales"][:1], "dnn_times": p["dnn_times"][-1:], "dnn_Nmax": p["dnn_N"],
+            "dnn_reps": 2, "dnn_hi": 1.4 * p["dnn_lo"], "dnn_rtol": 0.5}
+
+
 @experiment(SECTION, keys=["dnn_acts", "dnn_ms", "dnn_links", "dnn_scales", "dnn_times", "dnn_N", "dnn_Nmax",
-                           "dnn_reps", "dnn_rtol", "dnn_lo", "dnn_hi", "eta_quad", "eta_gelu", "seed"])
+                           "dnn_reps", "dnn_rtol", "dnn_lo", "dnn_hi", "eta_quad", "eta_gelu", "seed"],
+            cost=_dnn_cost, shrink=_dnn_shrink)
 def dnn(p, device):
     """δ_NN(t) [act, m, link, scale, t] by noise-controlled bisection in δ on the Hessian criterion (eq.
     app-weights–app-outlier; :func:`_dnn_cell`). Fields (each [act, m, link, scale, t]): ``delta_nn`` (geometric
@@ -209,7 +281,19 @@ def dnn(p, device):
     return out
 
 
-@experiment(SECTION, keys=["alg_deltas", "alg_d", "alg_trials", "seed"])
+def _alg_cost(p: dict) -> float:
+    """The theory's bisection and an outlier equation per δ (a fixed-size law), and per δ trials × (n·d² for the
+    spectral matrix + d³ for its eigendecomposition)."""
+    d, R = p["alg_d"], p["alg_trials"]
+    return 4.0 + sum(1.1 + R * (1e-10 * dl * d ** 3 + 5e-9 * dl * d * d + 3.2e-10 * d ** 3) for dl in p["alg_deltas"])
+
+
+def _alg_shrink(p: dict) -> dict:
+    """The first δ at d = 100, one trial (the theory's bisection is the same)."""
+    return {**p, "alg_deltas": p["alg_deltas"][:1], "alg_d": 100, "alg_trials": 1}
+
+
+@experiment(SECTION, keys=["alg_deltas", "alg_d", "alg_trials", "seed"], cost=_alg_cost, shrink=_alg_shrink)
 def alg(p, device):
     """δ_alg: the spectral method with T(y) = 1 − 1/y (Luo–Alghamdi–Lu) for y = z². Theory: bisection on the top
     outlier (m = 1, G = T(y), ζ = z, Gauss–Hermite law) and the predicted overlap at each δ; finite d: overlap of the
@@ -237,7 +321,17 @@ def alg(p, device):
             "lo": th["lo"], "hi": th["hi"]}
 
 
-@experiment(SECTION, keys=["lin_deltas", "lin_T", "lin_N", "seed"])
+def _linear_cost(p: dict) -> float:
+    """One DMFT run per δ (N·T², m = 1)."""
+    return len(p["lin_deltas"]) * _dmft_s(p["lin_N"], p["lin_T"], 1)
+
+
+def _linear_shrink(p: dict) -> dict:
+    """The first δ with 8000 paths."""
+    return {**p, "lin_deltas": p["lin_deltas"][:1], "lin_N": 8000}
+
+
+@experiment(SECTION, keys=["lin_deltas", "lin_T", "lin_N", "seed"], cost=_linear_cost, shrink=_linear_shrink)
 def linear(p, device):
     """Linearised DMFT trajectories (eq. app-lin): Quad m = 1, y = min(z², 6), η = 0.1, antithetic, M_0 = 10⁻³."""
     Ms = []
@@ -255,7 +349,20 @@ def _settle_times(T: int, lag: int) -> list[int]:
     return sorted({t for t in SETTLE_TIMES if t <= T} | {T - lag, T})
 
 
-@experiment(SECTION, keys=["settle_delta", "settle_lams", "settle_T", "settle_N", "settle_lag", "eta_quad", "seed"])
+def _settle_cost(p: dict) -> float:
+    """Two DMFT runs per λ (N·T², m = 1) and a bulk edge at each recorded step."""
+    T, N = p["settle_T"], p["settle_N"]
+    steps = len(_settle_times(T, p["settle_lag"]))
+    return 2 * len(p["settle_lams"]) * (_dmft_s(N, T, 1) + steps * _law_s(N, 1))
+
+
+def _settle_shrink(p: dict) -> dict:
+    """The first λ over 20 steps."""
+    return {**p, "settle_lams": p["settle_lams"][:1], "settle_T": 20, "settle_lag": min(p["settle_lag"], 10)}
+
+
+@experiment(SECTION, keys=["settle_delta", "settle_lams", "settle_T", "settle_N", "settle_lag", "eta_quad", "seed"],
+            cost=_settle_cost, shrink=_settle_shrink)
 def settle(p, device):
     """Does the first phase settle? Quad m = 1, y = min(z², 6), random init (hard overlap exactly 0, antithetic),
     for each ridge λ and two independent path sets: Q_⊥(t, t), the train risk at every step, and the left edge of
@@ -291,8 +398,22 @@ def lin_rate(delta: float, T: int, N: int, rep: int, *, eta: float, seed: int, d
     return float((M[T] - M[T // 2]) / 1e-3)
 
 
+def _dlin_cost(p: dict) -> float:
+    """Per horizon T: replicates × δ points of the bisection × a DMFT run of √(N0·N_max) paths (N·T², m = 1)."""
+    k = _bisect_points(p["dlin_lo"], p["dlin_hi"], p["dlin_rtol"])
+    n = _bisect_paths(p["dlin_N0"], p["dlin_Nmax"])
+    return p["dlin_reps"] * k * sum(_dmft_s(n, T, 1) for T in p["dlin_horizons"])
+
+
+def _dlin_shrink(p: dict) -> dict:
+    """The shortest horizon, two replicates of ``dlin_N0`` paths at the two ends of a bracket too narrow to bisect
+    (always four DMFT runs, whatever the signs)."""
+    return {**p, "dlin_horizons": [min(p["dlin_horizons"])], "dlin_Nmax": p["dlin_N0"], "dlin_reps": 2,
+            "dlin_hi": 1.4 * p["dlin_lo"], "dlin_rtol": 0.5}
+
+
 @experiment(SECTION, keys=["dlin_horizons", "dlin_N0", "dlin_Nmax", "dlin_reps", "dlin_rtol", "dlin_lo", "dlin_hi",
-                           "eta_quad", "seed"])
+                           "eta_quad", "seed"], cost=_dlin_cost, shrink=_dlin_shrink)
 def dlin(p, device):
     """δ_lin(T): the root in δ of the late growth c_T(δ) of the linearised DMFT (:func:`lin_rate`), by
     ``transitions.noisy_bisect`` (replicate path sets, paths doubled while the sign is undecided), for every

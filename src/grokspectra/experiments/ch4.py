@@ -176,7 +176,20 @@ def spectral_dense(Theta_star, link_, n_spec: int, preprocess, *, generator) -> 
     return extreme_eigvecs(C, "top")[1][..., 0].to(Theta_star.dtype)
 
 
-@experiment(SECTION, keys=["link", "clip", "d_list", "spec_deltas", "seeds", "seed", "dtype"])
+def _spectral_curve_cost(p: dict) -> float:
+    """About seconds on one CPU thread: per (d, δ), seeds × (n·d² for the spectral matrix + d³ for its top
+    eigenvector)."""
+    return sum(p["seeds"] * (1e-10 * dl * d ** 3 + 2e-8 * dl * d * d + 1e-10 * d ** 3)
+               for d in p["d_list"] for dl in p["spec_deltas"])
+
+
+def _spectral_curve_shrink(p: dict) -> dict:
+    """The largest d, its two largest δ and four seeds."""
+    return {**p, "d_list": p["d_list"][-1:], "spec_deltas": p["spec_deltas"][-2:], "seeds": 4}
+
+
+@experiment(SECTION, keys=["link", "clip", "d_list", "spec_deltas", "seeds", "seed", "dtype"],
+            cost=_spectral_curve_cost, shrink=_spectral_curve_shrink)
 def spectral_curve(p: dict, device: torch.device) -> dict:
     """The spectral method's own finite-d curve (Mondelli–Montanari 2017).
 
@@ -209,8 +222,23 @@ def spectral_curve(p: dict, device: torch.device) -> dict:
     return {"cos": torch.stack(cos).cpu().numpy(), "deltas": np.asarray(p["spec_deltas"], float)}
 
 
+def _init_compare_cost(p: dict) -> float:
+    """About seconds on one CPU thread: per δ, the power iteration (iters·seeds·n·d) and two GD runs (random and
+    warm init, seeds·n·d·T, plus seeds·n_test·T for the test risk)."""
+    m = parse_student(p["students"][0])[1]
+    d, S, T = p["init_d"], p["seeds"], p["init_T"]
+    gd = sum(2.2e-9 * S * dl * d * d * T * (1 + m) / 2 + 3.5e-8 * S * p["n_test"] * T for dl in p["init_deltas"])
+    return 2 * gd + sum(4e-9 * p["spec_iters"] * S * dl * d * d for dl in p["init_deltas"])
+
+
+def _init_compare_shrink(p: dict) -> dict:
+    """The first δ, 100 GD steps and 50 power iterations."""
+    return {**p, "init_deltas": p["init_deltas"][:1], "init_T": min(p["init_T"], 100),
+            "spec_iters": min(p["spec_iters"], 50)}
+
+
 @experiment(SECTION, keys=["students", "link", "clip", "init_d", "init_deltas", "seeds", "init_T", "n_test",
-                           "spec_iters", "seed", "dtype"])
+                           "spec_iters", "seed", "dtype"], cost=_init_compare_cost, shrink=_init_compare_shrink)
 def init_compare(p: dict, device: torch.device) -> dict:
     """Random vs warm (spectral, sample-split) initialisation of the first student at d = ``init_d``.
 

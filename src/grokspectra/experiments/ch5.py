@@ -84,8 +84,40 @@ def predicted_escape(t0: float, lam, ov, mv, eta: float, threshold: float):
     return t0 + tr.predicted_escape_time(lam, eta, np.maximum(m0, 1e-300), threshold)
 
 
+# --- cost model of `run --dry-run`: about seconds on one CPU thread (measured); the timed probe rescales it ----------
+def _gd_s(n: int, d: int, m: int, T: int, trials: int, n_test: int) -> float:
+    """GD: T steps of two passes over X per trial, ∝ trials·n·d·T, and the test risk, ∝ trials·n_test·T."""
+    return 2.2e-9 * trials * n * d * T * (1 + m) / 2 + 3.5e-8 * trials * n_test * T
+
+
+def _snapshot_s(n: int, d: int, m: int, trials: int) -> float:
+    """One Hessian snapshot per trial: the dense Hessian, ∝ n·(md)², and its lowest pairs, ∝ (md)³."""
+    return trials * (1e-10 * n * (m * d) ** 2 + 1e-10 * (m * d) ** 3)
+
+
+def _curves_cost(p: dict) -> float:
+    """Per d and δ: GD (seeds·n·d·T) and, for d ≤ hess_dmax, a Hessian snapshot per step of ``t_snap``
+    (seeds·(n·(md)² + (md)³))."""
+    m = parse_student(p["student"])[1]
+    snaps = len(range(0, min(p["hess_T"], p["T"]) + 1, p["hess_every"]))
+    total = 0.0
+    for d in p["d_list"]:
+        for dl in (p["below_delta"], p["grok_delta"]):
+            n = max(1, round(dl * d))
+            total += _gd_s(n, d, m, p["T"], p["seeds"], p["n_test"])
+            total += snaps * _snapshot_s(n, d, m, p["seeds"]) if d <= p["hess_dmax"] else 0.0
+    return total
+
+
+def _curves_shrink(p: dict) -> dict:
+    """The first d, two seeds, 60 steps with a snapshot every 20."""
+    return {**p, "d_list": p["d_list"][:1], "seeds": 2, "T": min(p["T"], 60), "hess_T": min(p["hess_T"], 60),
+            "hess_every": max(p["hess_every"], 20)}
+
+
 @experiment(SECTION, keys=["student", "link", "clip", "grok_delta", "below_delta", "d_list", "seeds", "T",
-                           "hess_every", "hess_T", "hess_dmax", "n_test", "seed", "dtype"])
+                           "hess_every", "hess_T", "hess_dmax", "n_test", "seed", "dtype"], cost=_curves_cost,
+            shrink=_curves_shrink)
 def curves(p: dict, device: torch.device) -> dict:
     """Grokking curves (chapter 5) at δ = grok_delta and the control δ = below_delta, for each d, with Hessian
     snapshots along the same trajectories (eq. app-weights; eq. app-outlier).
@@ -136,8 +168,20 @@ def curves(p: dict, device: torch.device) -> dict:
     return o
 
 
+def _tgrok_cost(p: dict) -> float:
+    """Per δ: GD (seeds·n·d·T) and a Hessian snapshot at t0 (seeds·(n·(md)² + (md)³))."""
+    m, d, S = parse_student(p["student"])[1], p["tgrok_d"], p["tgrok_seeds"]
+    ns = [max(1, round(dl * d)) for dl in p["tgrok_deltas"]]
+    return sum(_gd_s(n, d, m, p["tgrok_T"], S, p["n_test"]) + _snapshot_s(n, d, m, S) for n in ns)
+
+
+def _tgrok_shrink(p: dict) -> dict:
+    """The first δ, two seeds, 100 steps."""
+    return {**p, "tgrok_deltas": p["tgrok_deltas"][:1], "tgrok_seeds": 2, "tgrok_T": min(p["tgrok_T"], 100)}
+
+
 @experiment(SECTION, keys=["student", "link", "clip", "tgrok_d", "tgrok_deltas", "tgrok_seeds", "tgrok_T", "t0",
-                           "n_test", "seed", "dtype"])
+                           "n_test", "seed", "dtype"], cost=_tgrok_cost, shrink=_tgrok_shrink)
 def tgrok(p: dict, device: torch.device) -> dict:
     """Time to grok against δ (chapter 5: divergence as δ ↓ δ_NN) with the Hessian at the plateau time t0, from
     which eq. ch5-tgrok predicts each run's escape (:func:`predicted_escape`).
