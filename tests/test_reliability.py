@@ -345,3 +345,18 @@ def test_threads_follow_the_free_cores(monkeypatch):
             dv.get_device("cpu")
     finally:
         torch.set_num_threads(n0)
+
+
+@pytest.mark.parametrize("n", ["1", "2"])
+def test_blas_threads_follow_torch_threads(n):
+    """A fresh process with GROKSPECTRA_THREADS=n gives torch n threads and caps NumPy's and SciPy's BLAS at n too
+    (left alone they take every core), with OpenBLAS's idle threads set to sleep at once."""
+    code = ("import grokspectra.device, torch, os\n"
+            "from threadpoolctl import threadpool_info\n"
+            "b = sorted({d['num_threads'] for d in threadpool_info() if d['user_api'] == 'blas'})\n"
+            "print(torch.get_num_threads(), b, os.environ['OPENBLAS_THREAD_TIMEOUT'])")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                             "OPENBLAS_THREAD_TIMEOUT")}
+    r = subprocess.run([sys.executable, "-c", code], env={**env, "GROKSPECTRA_THREADS": n}, capture_output=True,
+                       text=True, check=True)
+    assert r.stdout.split() == [n, f"[{n}]", "4"]
