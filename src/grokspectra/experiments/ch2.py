@@ -19,7 +19,7 @@ import torch
 
 from .. import dmft, hessian as hs, multiindex as mi, spectral as sp
 from ..params import Param, Schema
-from . import experiment
+from . import costs, experiment
 
 SECTION = "ch2_bulk"
 SCHEMA = Schema(
@@ -92,31 +92,6 @@ def _law_summary(G, zeta, delta, xs, n_plot):
 
 
 # --- cost model of `run --dry-run`: about seconds on one CPU thread (measured); the timed probe rescales it ----------
-def _gd_s(n: int, d: int, m: int, T: int) -> float:
-    """GD of one trial: T steps of two passes over X, ∝ n·d·T (a little more for m > 1)."""
-    return 2.2e-9 * n * d * T * (1 + m) / 2
-
-
-def _eigh_s(n: int, d: int, m: int) -> float:
-    """One dense Hessian, ∝ n·(md)², and its full eigendecomposition, ∝ (md)³."""
-    return 1e-10 * n * (m * d) ** 2 + 3.2e-10 * (m * d) ** 3
-
-
-def _dmft_s(N: int, T: int, m: int) -> float:
-    """One DMFT run with its memory terms, ∝ N·m²·T²·(1 + T/40)."""
-    return 4e-8 * N * m * m * T * T * (1 + T / 40)
-
-
-def _law_s(N: int, m: int) -> float:
-    """The outlier equation or the branch end of a law of N samples (a march on the real axis), ∝ m·(1 + N/20000)."""
-    return 0.3 * m + 1.5e-5 * N * m
-
-
-def _curves_s(N: int, m: int, n_x: int) -> float:
-    """The density edge and the density curve of a law of N samples, ∝ N·m²·(1 + n_x/150)."""
-    return 2.5e-4 * N * m * m + 1.7e-6 * N * n_x * m * m
-
-
 def _bulk_cost(p: dict) -> float:
     """Per δ: GD, a DMFT run (N·m²·T²) and, per t, a dense eigendecomposition ((md)³) and the edges and densities
     of both laws (N_plot·n_x·m²)."""
@@ -124,8 +99,8 @@ def _bulk_cost(p: dict) -> float:
     total = 0.0
     for dl in p["deltas"]:
         n = round(dl * d)
-        laws = sum(_law_s(k, m) + _curves_s(min(k, p["N_plot"]), m, p["n_x"]) for k in (n, p["N"]))
-        total += _gd_s(n, d, m, T) + _dmft_s(p["N"], T, m) + len(p["times"]) * (_eigh_s(n, d, m) + laws)
+        laws = sum(costs.law_s(k, m) + costs.curves_s(min(k, p["N_plot"]), m, p["n_x"]) for k in (n, p["N"]))
+        total += costs.gd_s(n, d, m, T) + costs.dmft_s(p["N"], T, m) + len(p["times"]) * (costs.eigh_s(n, d, m) + laws)
     return total
 
 
@@ -184,8 +159,8 @@ def _caveat_cost(p: dict) -> float:
     (N·m²·T²) and the branch end of each law."""
     d, m, T = p["d"], p["m"], max(p["times"])
     n = round(max(p["deltas"]) * d)
-    laws = sum(_law_s(N, m) for N in p["N_caveat"]) + 4 * _law_s(n, m)
-    return 2 * (_gd_s(n, d, m, T) + _eigh_s(n, d, m)) + _dmft_s(max(p["N_caveat"]), T, m) + laws
+    laws = sum(costs.law_s(N, m) for N in p["N_caveat"]) + 4 * costs.law_s(n, m)
+    return 2 * (costs.gd_s(n, d, m, T) + costs.eigh_s(n, d, m)) + costs.dmft_s(max(p["N_caveat"]), T, m) + laws
 
 
 def _caveat_shrink(p: dict) -> dict:

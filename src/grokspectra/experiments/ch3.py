@@ -28,7 +28,7 @@ from .. import dmft, hessian as hs, multiindex as mi, spectral as sp
 from .. import transitions as tr
 from ..device import device_name, get_device, synchronize
 from ..params import Param, Schema
-from . import experiment
+from . import costs, experiment
 
 SECTION = "ch3_outlier"
 SCHEMA = Schema(
@@ -83,26 +83,6 @@ def _even(n: int) -> int:
 
 
 # --- cost model of `run --dry-run`: about seconds on one CPU thread (measured); the timed probe rescales it ----------
-def _gd_s(n: int, d: int, m: int, T: int, trials: int) -> float:
-    """GD: T steps of two passes over X for each trial, ∝ trials·n·d·T (a little more for m > 1)."""
-    return 2.2e-9 * trials * n * d * T * (1 + m) / 2
-
-
-def _eigh_s(n: int, d: int, m: int) -> float:
-    """One dense Hessian, ∝ n·(md)², and its full eigendecomposition, ∝ (md)³."""
-    return 1e-10 * n * (m * d) ** 2 + 3.2e-10 * (m * d) ** 3
-
-
-def _dmft_s(N: float, T: int, m: int) -> float:
-    """One DMFT run with its memory terms, ∝ N·m²·T²·(1 + T/40)."""
-    return 4e-8 * N * m * m * T * T * (1 + T / 40)
-
-
-def _law_s(N: float, m: int) -> float:
-    """Outlier equation, criterion or bulk edge of a law of N samples (a march on the real axis), ∝ m·(1 + N/20000)."""
-    return 0.3 * m + 1.5e-5 * N * m
-
-
 def _bisect_points(lo: float, hi: float, rtol: float) -> int:
     """δ points of one ``noisy_bisect``: the two ends and the halvings of log(hi/lo) down to log(1 + rtol)."""
     halvings = math.log2(max(math.log(hi / lo), 1e-9) / math.log1p(rtol)) if hi > lo else 0.0
@@ -134,8 +114,8 @@ def _outliers_cost(p: dict) -> float:
         m, t = st["m"], p[f"{name}_t"]
         for dl in p[f"{name}_deltas"]:
             n = round(dl * d)
-            total += _gd_s(n, d, m, t, R) + R * (_eigh_s(n, d, m) + _law_s(n, m))
-            total += 3 * (_dmft_s(N, t, m) + _law_s(N, m))
+            total += costs.gd_s(n, d, m, t, R) + R * (costs.eigh_s(n, d, m) + costs.law_s(n, m))
+            total += 3 * (costs.dmft_s(N, t, m) + costs.law_s(N, m))
     return total
 
 
@@ -241,7 +221,7 @@ def _dnn_cost(p: dict) -> float:
     k = _bisect_points(p["dnn_lo"], p["dnn_hi"], p["dnn_rtol"])
     n, T, nt = _bisect_paths(p["dnn_N"], p["dnn_Nmax"]), max(p["dnn_times"]), len(p["dnn_times"])
     runs = 2 + nt * (k - 2)  # the bracket's ends are evaluated once for every t
-    per_m = sum(runs * _dmft_s(n, T, m) + nt * k * _law_s(n, m) for m in p["dnn_ms"])
+    per_m = sum(runs * costs.dmft_s(n, T, m) + nt * k * costs.law_s(n, m) for m in p["dnn_ms"])
     return len(p["dnn_acts"]) * len(p["dnn_links"]) * len(p["dnn_scales"]) * p["dnn_reps"] * per_m
 
 
@@ -323,7 +303,7 @@ def alg(p, device):
 
 def _linear_cost(p: dict) -> float:
     """One DMFT run per δ (N·T², m = 1)."""
-    return len(p["lin_deltas"]) * _dmft_s(p["lin_N"], p["lin_T"], 1)
+    return len(p["lin_deltas"]) * costs.dmft_s(p["lin_N"], p["lin_T"], 1)
 
 
 def _linear_shrink(p: dict) -> dict:
@@ -353,7 +333,7 @@ def _settle_cost(p: dict) -> float:
     """Two DMFT runs per λ (N·T², m = 1) and a bulk edge at each recorded step."""
     T, N = p["settle_T"], p["settle_N"]
     steps = len(_settle_times(T, p["settle_lag"]))
-    return 2 * len(p["settle_lams"]) * (_dmft_s(N, T, 1) + steps * _law_s(N, 1))
+    return 2 * len(p["settle_lams"]) * (costs.dmft_s(N, T, 1) + steps * costs.law_s(N, 1))
 
 
 def _settle_shrink(p: dict) -> dict:
@@ -402,7 +382,7 @@ def _dlin_cost(p: dict) -> float:
     """Per horizon T: replicates × δ points of the bisection × a DMFT run of √(N0·N_max) paths (N·T², m = 1)."""
     k = _bisect_points(p["dlin_lo"], p["dlin_hi"], p["dlin_rtol"])
     n = _bisect_paths(p["dlin_N0"], p["dlin_Nmax"])
-    return p["dlin_reps"] * k * sum(_dmft_s(n, T, 1) for T in p["dlin_horizons"])
+    return p["dlin_reps"] * k * sum(costs.dmft_s(n, T, 1) for T in p["dlin_horizons"])
 
 
 def _dlin_shrink(p: dict) -> dict:

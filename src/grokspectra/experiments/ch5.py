@@ -21,7 +21,7 @@ from .. import transitions as tr
 from ..transitions import extreme_eigvecs, hard_cos, parse_student
 from ..device import get_dtype
 from ..params import Param, Schema
-from . import experiment
+from . import costs, experiment
 
 SECTION = "ch5_grokking"
 
@@ -85,11 +85,6 @@ def predicted_escape(t0: float, lam, ov, mv, eta: float, threshold: float):
 
 
 # --- cost model of `run --dry-run`: about seconds on one CPU thread (measured); the timed probe rescales it ----------
-def _gd_s(n: int, d: int, m: int, T: int, trials: int, n_test: int) -> float:
-    """GD: T steps of two passes over X per trial, ∝ trials·n·d·T, and the test risk, ∝ trials·n_test·T."""
-    return 2.2e-9 * trials * n * d * T * (1 + m) / 2 + 3.5e-8 * trials * n_test * T
-
-
 def _snapshot_s(n: int, d: int, m: int, trials: int) -> float:
     """One Hessian snapshot per trial: the dense Hessian, ∝ n·(md)², and its lowest pairs, ∝ (md)³."""
     return trials * (1e-10 * n * (m * d) ** 2 + 1e-10 * (m * d) ** 3)
@@ -104,7 +99,7 @@ def _curves_cost(p: dict) -> float:
     for d in p["d_list"]:
         for dl in (p["below_delta"], p["grok_delta"]):
             n = max(1, round(dl * d))
-            total += _gd_s(n, d, m, p["T"], p["seeds"], p["n_test"])
+            total += costs.gd_s(n, d, m, p["T"], p["seeds"], p["n_test"])
             total += snaps * _snapshot_s(n, d, m, p["seeds"]) if d <= p["hess_dmax"] else 0.0
     return total
 
@@ -172,7 +167,7 @@ def _tgrok_cost(p: dict) -> float:
     """Per δ: GD (seeds·n·d·T) and a Hessian snapshot at t0 (seeds·(n·(md)² + (md)³))."""
     m, d, S = parse_student(p["student"])[1], p["tgrok_d"], p["tgrok_seeds"]
     ns = [max(1, round(dl * d)) for dl in p["tgrok_deltas"]]
-    return sum(_gd_s(n, d, m, p["tgrok_T"], S, p["n_test"]) + _snapshot_s(n, d, m, S) for n in ns)
+    return sum(costs.gd_s(n, d, m, p["tgrok_T"], S, p["n_test"]) + _snapshot_s(n, d, m, S) for n in ns)
 
 
 def _tgrok_shrink(p: dict) -> dict:

@@ -1,0 +1,34 @@
+"""Cost models for ``run --dry-run``: about seconds on one CPU thread, measured on the development machine for the
+multi-index wing's engines; the dry-run's timed probe unit rescales them to the machine at hand.
+
+Each function states what its cost is proportional to. They are used by the chapters' ``cost=`` functions only and
+never by a computation, so they do not enter any code version.
+"""
+from __future__ import annotations
+
+
+def gd_s(n: int, d: int, m: int, T: int, trials: int = 1, n_test: int = 0) -> float:
+    """GD: T steps of two passes over X per trial, ∝ trials·n·d·T (a little more for m > 1), and the test risk on
+    ``n_test`` fresh samples, ∝ trials·n_test·T."""
+    return 2.2e-9 * trials * n * d * T * (1 + m) / 2 + 3.5e-8 * trials * n_test * T
+
+
+def eigh_s(n: int, d: int, m: int) -> float:
+    """One dense Hessian, ∝ n·(md)², and its full eigendecomposition, ∝ (md)³."""
+    return 1e-10 * n * (m * d) ** 2 + 3.2e-10 * (m * d) ** 3
+
+
+def dmft_s(N: float, T: int, m: int) -> float:
+    """One DMFT run with its memory terms, ∝ N·m²·T²·(1 + T/40)."""
+    return 4e-8 * N * m * m * T * T * (1 + T / 40)
+
+
+def law_s(N: float, m: int) -> float:
+    """Outlier equation, criterion or bulk edge of a law of N samples (a march on the real axis),
+    ∝ m·(1 + N/20000)."""
+    return 0.3 * m + 1.5e-5 * N * m
+
+
+def curves_s(N: float, m: int, n_x: int) -> float:
+    """The density edge and the density curve of a law of N samples, ∝ N·m²·(1 + n_x/150)."""
+    return 2.5e-4 * N * m * m + 1.7e-6 * N * n_x * m * m
