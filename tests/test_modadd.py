@@ -222,3 +222,21 @@ def test_column_sums_sparse_equals_dense():
     for sparse in (True, False):
         torch.testing.assert_close(modadd.column_sums(a, b, M, torch.float64, sparse=sparse)(dZ), ref,
                                    rtol=1e-14, atol=1e-14)
+
+
+def test_gram_stats_float32_accurate_when_the_mean_dominates():
+    """At initialisation the x² activations are dominated by their mean over samples (‖s‖²/n ≫ ‖F̃‖²), where forming
+    F̃ᵀF̃ as FᵀF − ssᵀ/n in float32 loses most digits. The float32 diagnostics agree with the explicit float64 ones
+    to 1e-3 (float32 rounding of 2016-term sums), and the float64 ones to 1e-10."""
+    M, K, n = 71, 256, 2016
+    W, _ = modadd.init_weights(M, K, 0)
+    d = modadd.make_data(M, n, 0)
+    F = modadd.hidden(W.unsqueeze(0), d["a_tr"], d["b_tr"], "x2")
+    s = F[0].double().sum(0)
+    Ft = F[0].double() - s / n
+    assert float(s.abs().sum() ** 2 / n) > 10 * float((Ft.T @ Ft).abs().sum())  # Σ|ssᵀ/n| ≫ Σ|F̃ᵀF̃|: the hard case
+    ref = _gram_reference(F[0].double())
+    got32, got64 = modadd.gram_stats(F), modadd.gram_stats(F.double())
+    for k, v in ref.items():
+        assert math.isclose(float(got32[k][0]), v, rel_tol=1e-3), (k, float(got32[k][0]), v)
+        assert math.isclose(float(got64[k][0]), v, rel_tol=1e-10), k
