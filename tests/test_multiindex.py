@@ -132,3 +132,40 @@ def test_spectral_direction_matches_dense_eigh():
     w, V = torch.linalg.eigh(X.transpose(1, 2) @ (Tn[..., None] * X) / 900)
     assert ((V[..., -1] * v).sum(-1).abs() > 1 - 1e-6).all()
     assert ((prob.Theta_star[0][..., 0] * v).sum(-1).abs() > 0.8).all()  # δ = 30: strong weak recovery
+
+
+def test_shared_data_gd_matches_one_run_per_student_and_size():
+    """``run_gd_shared`` (all students and nested sample sizes in one d × C matrix, products split where the sizes
+    end) is, for each (student, n), :func:`run_gd` on the first n rows from the same start: equal to float64
+    rounding, with a ridge term, in any order of the sizes."""
+    dt = torch.float64
+    d, ns, B, T = 40, [120, 200, 80], 3, 30
+    prob = mi.sample_problem(d, 200, 1, "pr_clip", trials=B, dtype=dt, generator=5)
+    studs = [("quad", 1, 0.1), ("gelu", 2, 2.0)]
+    th0 = [mi.init_theta(prob.Theta_star[0], m, generator=7 + m) for _, m, _ in studs]
+    outs = mi.run_gd_shared(prob, ns, studs, T, Theta0=th0, lam=0.01, test_at=[0, T], diverged="mark", generator=1)
+    for s, (act, m, eta) in enumerate(studs):
+        assert outs[s]["test"].shape == (len(ns), B, 2) and outs[s]["diverged_at"].eq(-1).all()
+        for g, n in enumerate(ns):
+            sub = mi.Problem(d, [n], 1, prob.link, [prob.X[0][:, :n].contiguous()], [prob.y[0][:, :n]],
+                             prob.Theta_star, True)
+            ref = mi.run_gd(sub, m, eta, T, act=act, Theta0=th0[s], lam=0.01, generator=1)
+            for key in ("M", "Q", "train"):
+                torch.testing.assert_close(outs[s][key][g], ref[key], rtol=1e-10, atol=1e-12)
+
+
+def test_shared_data_gd_isolates_a_diverging_student():
+    """A student whose step size blows up is marked diverged at every size, and the other student's runs are those
+    it has alone (its columns never mix with the diverged ones)."""
+    prob = mi.sample_problem(30, 150, 1, "pr_clip", trials=2, generator=3)
+    studs = [("quad", 1, 1000.0), ("quad", 1, 0.1)]
+    th = [mi.init_theta(prob.Theta_star[0], 1, generator=g) for g in (8, 9)]
+    both = mi.run_gd_shared(prob, [90, 150], studs, 40, Theta0=th, diverged="mark", generator=2)
+    alone = mi.run_gd_shared(prob, [90, 150], studs[1:], 40, Theta0=th[1:], diverged="mark", generator=2)
+    assert (both[0]["diverged_at"] >= 0).all() and (both[1]["diverged_at"] == -1).all()
+    for key in ("M", "Q", "train"):
+        torch.testing.assert_close(both[1][key], alone[0][key], rtol=1e-5, atol=1e-6)
+    with pytest.raises(mi.DivergenceError, match="diverged at step"):
+        mi.run_gd_shared(prob, [90, 150], studs, 40, generator=2)
+    with pytest.raises(ValueError, match="ns must be"):
+        mi.run_gd_shared(prob, [90, 151], studs, 5, generator=2)

@@ -76,7 +76,8 @@ def delta_alg(link_name: str, clip: float = math.inf) -> float:
     return 1.0 / (inner + atom)
 
 
-SEED_BLOCK = 16  # seeds per unit of the sweep
+SEED_BLOCK = 16  # seeds per unit at most
+UNIT_ELEMENTS = 2 ** 28  # X of one unit (trials × n_max × d floats) at most: 1 GiB in float32
 SWEEP_KEYS = ("cos_final", "t_hit", "train_final", "test_final", "cos_tr", "train_tr", "test_tr", "diverged")
 
 
@@ -84,31 +85,34 @@ def _t_rec(T: int) -> np.ndarray:
     return np.unique(np.round(np.concatenate([[0], np.geomspace(1, T, 60)])).astype(int))
 
 
+def seeds_per_unit(d: int, n_max: int) -> int:
+    """Seeds per unit of the sweep at this d: SEED_BLOCK, fewer when their data would pass UNIT_ELEMENTS (one
+    seed per unit at d = 4000, δ ≤ 16)."""
+    return int(min(SEED_BLOCK, max(1, UNIT_ELEMENTS // (n_max * d))))
+
+
 def _sweep_units(p: dict) -> list[dict]:
-    """One unit per (student, d, δ, block of ≤ SEED_BLOCK seeds), seeded from its own indices."""
-    units = []
-    for si, spec in enumerate(p["students"]):
+    """One unit per (d, block of seeds): every student and every δ of a seed train on that seed's one data set
+    (nested: δ uses its first δd samples), seeded from the unit's own indices."""
+    for spec in p["students"]:
         parse_student(spec)
-        for di, d in enumerate(p["d_list"]):
-            for gi, dl in enumerate(p["deltas"]):
-                for b0 in range(0, p["seeds"], SEED_BLOCK):
-                    units.append({"student": spec, "link": p["link"], "clip": p["clip"], "d": int(d), "delta": float(dl),
-                                  "trials": min(SEED_BLOCK, p["seeds"] - b0), "T": p["T"],
-                                  "threshold": p["threshold"], "n_test": p["n_test"], "dtype": p["dtype"],
-                                  "seed": p["seed"] + 100000 * si + 1000 * di + 10 * gi + 7919 * (b0 // SEED_BLOCK)})
+    units = []
+    for di, d in enumerate(p["d_list"]):
+        n_max = max(1, round(max(p["deltas"]) * d))
+        blk = seeds_per_unit(int(d), n_max)
+        for bi, b0 in enumerate(range(0, p["seeds"], blk)):
+            units.append({"students": list(p["students"]), "link": p["link"], "clip": p["clip"], "d": int(d),
+                          "deltas": [float(x) for x in p["deltas"]], "trials": min(blk, p["seeds"] - b0),
+                          "T": p["T"], "threshold": p["threshold"], "n_test": p["n_test"], "dtype": p["dtype"],
+                          "seed": p["seed"] + 1000 * di + 7919 * bi})
     return units
 
 
 def _sweep_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
-    S, D, G = len(p["students"]), len(p["d_list"]), len(p["deltas"])
-    cells = {}
-    for u, r in zip(units, results):
-        key = (p["students"].index(u["student"]), list(p["d_list"]).index(u["d"]), list(p["deltas"]).index(u["delta"]))
-        cells.setdefault(key, []).append(r)
     out = {}
     for k in SWEEP_KEYS:
-        rows = [[[np.concatenate([r[k] for r in cells[(s, d, g)]]) for g in range(G)] for d in range(D)] for s in range(S)]
-        out[k] = np.asarray(rows)
+        rows = [np.concatenate([r[k] for u, r in zip(units, results) if u["d"] == d], axis=2) for d in p["d_list"]]
+        out[k] = np.stack(rows, axis=1)  # [student, d, δ, seed, ...]
     out["t_rec"] = _t_rec(p["T"])
     out["deltas"] = np.asarray(p["deltas"], dtype=float)
     out["d_list"] = np.asarray(p["d_list"])
@@ -117,7 +121,12 @@ def _sweep_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
 
 
 def _sweep_cost(u: dict) -> float:
-    return u["trials"] * u["delta"] * u["d"] ** 2 * u["T"] / 1e8
+    """About seconds on two CPU threads: per step and seed, the two skinny products of ``run_gd_shared`` cost a
+    per-row term (reading X) and a per-row-and-column term (its flops); measured at d = 2000."""
+    d = u["d"]
+    ns = [max(1, round(x * d)) for x in u["deltas"]]
+    cols = sum(parse_student(s)[1] for s in u["students"])
+    return u["trials"] * u["T"] * d * (2e-9 * max(ns) + 6e-11 * cols * sum(ns))
 
 
 def _sweep_shrink(u: dict) -> dict:
@@ -128,29 +137,41 @@ def _sweep_shrink(u: dict) -> dict:
                            "seed", "dtype"], units=_sweep_units, reduce=_sweep_reduce, cost=_sweep_cost,
             shrink=_sweep_shrink)
 def sweep(u: dict, device: torch.device) -> dict:
-    """Success of GD from random init at one (student, d, δ, block of seeds) (chapter 4 protocol).
+    """Success of GD from random init at one d, for every student and δ, on one block of seeds (chapter 4 protocol).
 
     GD is eq. ch4-gd on y = min(z², c) (or z², tanh z²) from θ_j ~ N(0, I/d); success is
-    max_j |cos(θ_j, θ_*)| ≥ threshold (eq. ch4-success). The assembled experiment holds, [student, d, δ, seed]:
-    ``cos_final``, ``t_hit`` (first step with max_j|cos| ≥ threshold, linearly interpolated; nan when never),
-    ``train_final``, ``test_final``, ``diverged`` (the trial's loss or weights became non-finite or exceeded 1e30;
-    it counts as a failure); traces at the steps ``t_rec``: ``cos_tr``, ``train_tr``, ``test_tr``
-    [student, d, δ, seed, len(t_rec)]; ``deltas``, ``d_list``, ``delta_alg`` (eq. ch4-dalg).
+    max_j |cos(θ_j, θ_*)| ≥ threshold (eq. ch4-success). Each seed draws one data set of n_max = δ_max·d samples;
+    the run at δ uses its first δd samples, and each student starts from the same θ⁰ at every δ
+    (``multiindex.run_gd_shared``: common random numbers across δ and students, so the success curves of one seed
+    are nearly monotone in δ and the seeds are the independent units of the analysis). The assembled experiment
+    holds, [student, d, δ, seed]: ``cos_final``, ``t_hit`` (first step with max_j|cos| ≥ threshold, linearly
+    interpolated; nan when never), ``train_final``, ``test_final``, ``diverged`` (the run's loss or weights became
+    non-finite or exceeded 1e30; it counts as a failure); traces at the steps ``t_rec``: ``cos_tr``, ``train_tr``,
+    ``test_tr`` [student, d, δ, seed, len(t_rec)]; ``deltas``, ``d_list``, ``delta_alg`` (eq. ch4-dalg).
     """
-    act, m, eta = parse_student(u["student"])
+    studs = [parse_student(s) for s in u["students"]]
     lk = mi.link(u["link"], c=u["clip"] if u["link"] == "pr_clip" else None)
     d, T = u["d"], u["T"]
-    prob = mi.sample_problem(d, max(1, round(u["delta"] * d)), 1, lk, trials=u["trials"], device=device,
-                             dtype=get_dtype(u["dtype"]), generator=u["seed"])
-    g = mi.run_gd(prob, m, eta, T, act=act, n_test=u["n_test"], diverged="mark", generator=u["seed"] + 1)
-    cos = hard_cos(g["M"], g["Q"]).cpu().numpy()  # [R, T+1]
-    train, test = g["train"].cpu().numpy(), g["test"].cpu().numpy()
+    ns = [max(1, round(x * d)) for x in u["deltas"]]
+    prob = mi.sample_problem(d, max(ns), 1, lk, trials=u["trials"], device=device, dtype=get_dtype(u["dtype"]),
+                             generator=u["seed"])
     t_rec = _t_rec(T)
+    outs = mi.run_gd_shared(prob, ns, studs, T, n_test=u["n_test"], test_at=t_rec, diverged="mark",
+                            generator=u["seed"] + 1)
     steps = np.arange(T + 1, dtype=float)
-    return {"cos_final": cos[..., -1], "t_hit": tr.first_crossing(steps, cos, u["threshold"], direction="up"),
-            "train_final": train[..., -1], "test_final": test[..., -1], "cos_tr": cos[..., t_rec],
-            "train_tr": train[..., t_rec], "test_tr": test[..., t_rec],
-            "diverged": (g["diverged_at"] >= 0).cpu().numpy()}
+    res = {k: [] for k in SWEEP_KEYS}
+    for g in outs:
+        cos = hard_cos(g["M"], g["Q"]).cpu().numpy()  # [G, R, T+1]
+        train, test = g["train"].cpu().numpy(), g["test"].cpu().numpy()  # test at t_rec
+        res["cos_final"].append(cos[..., -1])
+        res["t_hit"].append(tr.first_crossing(steps, cos, u["threshold"], direction="up"))
+        res["train_final"].append(train[..., -1])
+        res["test_final"].append(test[..., -1])
+        res["cos_tr"].append(cos[..., t_rec])
+        res["train_tr"].append(train[..., t_rec])
+        res["test_tr"].append(test)
+        res["diverged"].append((g["diverged_at"] >= 0).cpu().numpy())
+    return {k: np.stack(v) for k, v in res.items()}  # [student, δ, seed, ...]
 
 
 def lal_trimmed(y, floor: float = -10.0):
@@ -293,21 +314,49 @@ def fit_or_nan(x, k, n) -> tr.SuccessFit:
         return tr.SuccessFit(nan, nan, nan, nan, nan, 0)
 
 
+BOOT = 400  # seed-bootstrap resamples for the standard errors of the success-curve fits
+
+
+def bootstrap_fit_se(x, success, *, reps: int = BOOT, seed: int = 0) -> tuple[float, float, int]:
+    """Standard errors of the logistic fit's location and width by resampling *seeds* (the columns of
+    ``success`` [δ, seed], with replacement) and refitting (Efron 1979). The runs of one seed at different δ share
+    their data (nested samples), so the points of a success curve are not independent binomials and the inverse
+    Fisher information of :func:`transitions.fit_success_curve` does not apply; the seed is the independent unit.
+    Returns (loc_se, width_se, fits that succeeded); nan when fewer than half of them did."""
+    success = np.asarray(success, dtype=bool)
+    n = success.shape[1]
+    rng = np.random.default_rng(seed)
+    locs, widths = [], []
+    for _ in range(reps):
+        k = success[:, rng.integers(0, n, n)].sum(1)
+        f = fit_or_nan(x, k, np.full(len(x), n))
+        if np.isfinite(f.loc) and np.isfinite(f.width):
+            locs.append(f.loc)
+            widths.append(f.width)
+    if len(locs) < reps / 2:
+        return float("nan"), float("nan"), len(locs)
+    return float(np.std(locs, ddof=1)), float(np.std(widths, ddof=1)), len(locs)
+
+
 def analyse_sweep(res, threshold: float, spec=None) -> dict:
     """Success counts [student, d, δ] of GD (and [d, δ] of the spectral method when ``spec`` is given) and their
-    logistic fits per (student, d): ``loc``/``loc_se``/``width``/``width_se`` [student, d]; ``loc_spec`` [d]."""
-    k_gd = (res["cos_final"] >= threshold).sum(-1)
+    logistic fits per (student, d): ``loc``/``width`` [student, d] with standard errors ``loc_se``/``width_se``
+    from a bootstrap over seeds (:func:`bootstrap_fit_se`: the δ points of one seed share data), and the
+    Fisher-information ones, ``loc_se_fisher``, which would hold for independent points; ``loc_spec`` [d]."""
+    succ = res["cos_final"] >= threshold  # [student, d, δ, seed]
+    k_gd = succ.sum(-1)
     n = res["cos_final"].shape[-1]
     x = res["deltas"]
     S, D = k_gd.shape[:2]
     out = {"k_gd": k_gd, "n": n}
-    for name in ("loc", "loc_se", "width", "width_se"):
+    for name in ("loc", "loc_se", "width", "width_se", "loc_se_fisher"):
         out[name] = np.full((S, D), np.nan)
     for s in range(S):
         for d in range(D):
             f = fit_or_nan(x, k_gd[s, d], np.full(len(x), n))
-            out["loc"][s, d], out["loc_se"][s, d] = f.loc, f.loc_se
-            out["width"][s, d], out["width_se"][s, d] = f.width, f.width_se
+            out["loc"][s, d], out["loc_se_fisher"][s, d], out["width"][s, d] = f.loc, f.loc_se, f.width
+            if np.isfinite(f.loc):
+                out["loc_se"][s, d], out["width_se"][s, d], _ = bootstrap_fit_se(x, succ[s, d], seed=1000 * s + d)
     if spec is not None:
         k_sp = (spec["cos"] >= threshold).sum(-1)
         ns = spec["cos"].shape[-1]
