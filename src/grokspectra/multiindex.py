@@ -598,8 +598,8 @@ def run_gd_shared(prob: Problem, ns: Sequence[int], students: Sequence[tuple], T
     Mrec = torch.empty(B, T + 1, C, k, device=dev, dtype=dt)
     Qrec = torch.empty(B, T + 1, C, C, device=dev, dtype=dt)
     Lrec = torch.zeros(B, T + 1, G, S, device=dev, dtype=dt)  # blocks in column order (decreasing n)
-    rows = torch.arange(n_max, device=dev)[:, None]
-    half_mean = 0.5 * (rows < torch.tensor(n_desc, device=dev)).to(dt) / torch.tensor(n_desc, device=dev, dtype=dt)
+    rows = torch.arange(n_max, device=dev)[:, None]  # half_mean [G, n_max]: 1/(2 n_g) on the rows of block g
+    half_mean = (0.5 * (rows < torch.tensor(n_desc, device=dev)).to(dt) / torch.tensor(n_desc, device=dev, dtype=dt)).T
     fns = [_value_and_slope(act) for act, _, _ in studs]
     t_test = list(range(T + 1)) if test_at is None else sorted(set(int(v) for v in test_at))
     if not t_test or t_test[0] < 0 or t_test[-1] > T:
@@ -607,23 +607,25 @@ def run_gd_shared(prob: Problem, ns: Sequence[int], students: Sequence[tuple], T
     for b in range(B):
         Xb, yb, Tb = X[b], y[b], Ts[b]
         Wt = torch.cat([starts[s][b].T for _ in range(G) for s in range(S)], dim=0).contiguous()  # [C, d]
-        U = torch.zeros(n_max, G, Cg, device=dev, dtype=dt)
+        # pre-activations and gradients kept transposed, [C, n_max]: each (block, student) is a [m, n_max] slab
+        # with the samples contiguous, so the elementwise work runs on long contiguous rows
+        Ut = torch.zeros(C, n_max, device=dev, dtype=dt)
+        Ft = torch.empty(C, n_max, device=dev, dtype=dt)
         for t in range(T + 1):
             Mrec[b, t] = Wt @ Tb
             Qrec[b, t] = Wt @ Wt.T
             for lo, hi, c in segs:
-                U.view(n_max, C)[lo:hi, :c] = _mm(Xb[lo:hi], Wt[:c].T)
-            Fb = torch.empty_like(U)
+                Ut[:c, lo:hi] = _mm(Wt[:c], Xb[lo:hi].T)
             for s, fn in enumerate(fns):
-                v, slope = fn(U[..., off[s]:off[s] + ms[s]])
-                r = v.sum(-1) / ms[s] - yb[:, None]  # [n_max, G] (blocks past their n hold junk, masked below)
-                Fb[..., off[s]:off[s] + ms[s]] = (r / ms[s])[..., None] * slope
-                Lrec[b, t, :, s] = (r * r * half_mean).sum(0)  # ½ mean of r² over each block's own rows
+                v, slope = fn(Ut.view(G, Cg, n_max)[:, off[s]:off[s] + ms[s]])  # [G, m, n_max]
+                r = v.sum(1) / ms[s] - yb  # [G, n_max] (columns past a block's n hold junk, masked below)
+                Ft.view(G, Cg, n_max)[:, off[s]:off[s] + ms[s]] = (r / ms[s])[:, None] * slope
+                Lrec[b, t, :, s] = (r * r * half_mean).sum(1)  # ½ mean of r² over each block's own rows
             if t == T:
                 break
             Gr = torch.empty(C, d, device=dev, dtype=dt)
             for lo, hi, c in segs:
-                part = _mm(Fb.view(n_max, C)[lo:hi, :c].T, Xb[lo:hi])
+                part = _mm(Ft[:c, lo:hi], Xb[lo:hi])
                 if lo == 0:
                     Gr[:c] = part
                 else:

@@ -543,26 +543,79 @@ def claims(thr, fss, A, dd, dalg, res, med_warm, med_rand, frac_warm, frac_rand,
     return rows
 
 
+def gd_shared_floor(X: torch.Tensor, ns: list[int], cols: int, reps: int = 3) -> dict:
+    """The floor of one step of ``multiindex.run_gd_shared`` on one seed's data X [n_max, d], timed here with plain
+    products of the engine's sizes: for each row segment [lo, hi) of the nested sizes, with c active columns, the
+    forward product X[lo:hi]·W [d, c] and the backward product Fᵀ [c, hi−lo]·X[lo:hi], each the faster of torch's
+    and NumPy's BLAS (best of ``reps``). Also the memory floor, two reads of X (timed as sums). Seconds per step."""
+    import time
+
+    import numpy as np
+
+    g = torch.Generator().manual_seed(0)
+    n_max, d = X.shape
+    desc = sorted(ns, reverse=True) + [0]
+    per = cols // len(ns)
+    segs = [(desc[a], desc[a - 1], a * per) for a in range(len(ns), 0, -1) if desc[a - 1] > desc[a]]
+    W = torch.randn(d, cols, generator=g)
+    F = torch.randn(n_max, cols, generator=g)
+
+    def best(fn) -> float:
+        fn()
+        out = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            out = min(out, time.perf_counter() - t0)
+        return out
+
+    fwd = bwd = 0.0
+    for lo, hi, c in segs:
+        xs, w, f = X[lo:hi], W[:, :c], F[lo:hi, :c]
+        fwd += min(best(lambda: xs @ w), best(lambda: np.matmul(xs.numpy(), w.numpy())))
+        bwd += min(best(lambda: f.T @ xs), best(lambda: np.matmul(f.numpy().T, xs.numpy())))
+    read = best(lambda: X.sum())
+    return {"products_s": fwd + bwd, "forward_s": fwd, "backward_s": bwd, "two_reads_s": 2 * read}
+
+
 def bench_gd(device="auto", quick: bool = False) -> dict:
-    """Throughput of the batched GD sweep (the chapter's hot loop): seeds × δ groups of Quad m = 1 GD at one d."""
+    """The chapter's hot loop: one seed of the paper sweep (both paper students, the paper's nine δ, nested data)
+    by ``multiindex.run_gd_shared``, against (i) the floor of its products measured in the same run
+    (:func:`gd_shared_floor`) and (ii) the engine it replaced, one ``multiindex.run_gd`` per (student, δ) on its
+    own data, timed side by side. Quick: d = 500 and 10 steps; full: d = 2000 and 20 steps."""
     import time
 
     from ..device import get_device, synchronize
 
     dev = get_device(device)
-    d, seeds, T = (200, 4, 50) if quick else (1000, 8, 200)
-    deltas = [4.0, 6.0, 8.0]
+    d, T = (500, 10) if quick else (2000, 20)
+    deltas = [3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 16.0]
+    students = ["quad:1:0.1", "gelu:2:2.0"]
+    studs = [parse_student(s) for s in students]
+    ns = [round(x * d) for x in deltas]
     lk = mi.link("pr_clip", c=6.0)
-    prob = mi.sample_problem(d, [round(x * d) for x in deltas], 1, lk, trials=seeds, device=dev, generator=0)
-    mi.run_gd(prob, 1, 0.1, 5, act="quad", n_test=1024, diverged="mark", generator=1)  # warm-up
-    synchronize(dev)
-    t0 = time.perf_counter()
-    mi.run_gd(prob, 1, 0.1, T, act="quad", n_test=1024, diverged="mark", generator=1)
-    synchronize(dev)
-    wall = time.perf_counter() - t0
-    rows = sum(prob.n) * seeds
-    return {"device": str(dev), "d": d, "seeds": seeds, "deltas": deltas, "steps": T, "wall_s": wall,
-            "steps_per_s": T / wall, "GB_per_s_X_reads": 2 * rows * d * 4 * T / wall / 1e9}
+    prob = mi.sample_problem(d, max(ns), 1, lk, trials=1, device=dev, generator=0)
+
+    def timed(fn) -> float:
+        fn(2)  # warm-up
+        synchronize(dev)
+        t0 = time.perf_counter()
+        fn(T)
+        synchronize(dev)
+        return (time.perf_counter() - t0) / T
+
+    shared = timed(lambda t: mi.run_gd_shared(prob, ns, studs, t, n_test=1024, test_at=[t], diverged="mark",
+                                              generator=1))
+    sub = mi.sample_problem(d, ns, 1, lk, trials=1, device=dev, generator=0)
+    separate = timed(lambda t: [mi.run_gd(sub, m, eta, t, act=act, n_test=1024, diverged="mark", generator=1)
+                                for act, m, eta in studs])
+    out = {"device": str(dev), "d": d, "deltas": deltas, "students": students, "steps": T,
+           "shared_s_per_step": shared, "separate_s_per_step": separate, "speedup": separate / shared}
+    if dev.type == "cpu":
+        fl = gd_shared_floor(prob.X[0][0], ns, len(ns) * sum(m for _, m, _ in studs))
+        out.update(floor_s_per_step=fl["products_s"], two_reads_s=fl["two_reads_s"],
+                   vs_floor=shared / fl["products_s"])
+    return out
 
 
 BENCHMARKS = {"phase_retrieval_gd": bench_gd}
