@@ -90,124 +90,160 @@ def _snapshot_s(n: int, d: int, m: int, trials: int) -> float:
     return trials * (1e-10 * n * (m * d) ** 2 + 1e-10 * (m * d) ** 3)
 
 
-def _curves_cost(p: dict) -> float:
-    """Per d and δ: GD (seeds·n·d·T) and, for d ≤ hess_dmax, a Hessian snapshot per step of ``t_snap``
-    (seeds·(n·(md)² + (md)³))."""
-    m = parse_student(p["student"])[1]
-    snaps = len(range(0, min(p["hess_T"], p["T"]) + 1, p["hess_every"]))
-    total = 0.0
-    for d in p["d_list"]:
-        for dl in (p["below_delta"], p["grok_delta"]):
+SEED_BLOCK = 16  # seeds per unit at most
+UNIT_ELEMENTS = 2 ** 28  # X of one unit (trials × n × d floats) at most: 1 GiB in float32
+CURVE_KEYS = ("train", "test", "cos", "lam", "lam2", "ov", "mv")
+
+
+def _blocks(seeds: int, n: int, d: int) -> list[tuple[int, int]]:
+    """(first seed, seeds) of each unit: SEED_BLOCK seeds, fewer when their data would pass UNIT_ELEMENTS."""
+    blk = int(min(SEED_BLOCK, max(1, UNIT_ELEMENTS // (n * d))))
+    return [(b0, min(blk, seeds - b0)) for b0 in range(0, seeds, blk)]
+
+
+def _curves_units(p: dict) -> list[dict]:
+    """One unit per (d, δ ∈ {below_delta, grok_delta}, block of seeds), seeded from its own indices."""
+    t_snap = np.arange(0, min(p["hess_T"], p["T"]) + 1, p["hess_every"]).tolist()
+    units = []
+    for di, d in enumerate(p["d_list"]):
+        for gi, dl in enumerate((p["below_delta"], p["grok_delta"])):
             n = max(1, round(dl * d))
-            total += costs.gd_s(n, d, m, p["T"], p["seeds"], p["n_test"])
-            total += snaps * _snapshot_s(n, d, m, p["seeds"]) if d <= p["hess_dmax"] else 0.0
-    return total
+            for bi, (b0, k) in enumerate(_blocks(p["seeds"], n, d)):
+                units.append({"student": p["student"], "link": p["link"], "clip": p["clip"], "d": int(d), "n": n,
+                              "trials": k, "T": p["T"], "t_snap": t_snap if d <= p["hess_dmax"] else [],
+                              "n_test": p["n_test"], "dtype": p["dtype"],
+                              "seed": p["seed"] + 1000 * di + 100 * gi + 7919 * bi})
+    return units
 
 
-def _curves_shrink(p: dict) -> dict:
-    """The first d, two seeds, 60 steps with a snapshot every 20."""
-    return {**p, "d_list": p["d_list"][:1], "seeds": 2, "T": min(p["T"], 60), "hess_T": min(p["hess_T"], 60),
-            "hess_every": max(p["hess_every"], 20)}
+def _curves_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
+    dls = (p["below_delta"], p["grok_delta"])
+    t_snap = np.arange(0, min(p["hess_T"], p["T"]) + 1, p["hess_every"])
+    nan = lambda r: np.full((r["train"].shape[0], len(t_snap)), np.nan)  # noqa: E731 (a unit above hess_dmax)
+    results = [{**r, **{k: r[k] if len(u["t_snap"]) else nan(r) for k in ("lam", "lam2", "ov", "mv")}}
+               for u, r in zip(units, results)]
+    out = {}
+    for k in CURVE_KEYS:
+        out[k] = np.stack([np.stack([np.concatenate([r[k] for u, r in zip(units, results)
+                                                     if u["d"] == d and u["n"] == max(1, round(dl * d))])
+                                     for dl in dls]) for d in p["d_list"]])  # [d, δ, seed, ...]
+    out["t_snap"] = t_snap
+    out["d_list"] = np.asarray(p["d_list"])
+    out["deltas"] = np.asarray(dls)
+    return out
+
+
+def _curves_cost(u: dict) -> float:
+    """GD (trials·n·d·T) and a Hessian snapshot per step of ``t_snap`` (trials·(n·(md)² + (md)³))."""
+    m = parse_student(u["student"])[1]
+    return (costs.gd_s(u["n"], u["d"], m, u["T"], u["trials"], u["n_test"])
+            + len(u["t_snap"]) * _snapshot_s(u["n"], u["d"], m, u["trials"]))
+
+
+def _curves_shrink(u: dict) -> dict:
+    """Two seeds, d ≤ 200 at the same δ, 60 steps with at most three snapshots."""
+    d = min(u["d"], 200)
+    return {**u, "d": d, "n": max(1, round(u["n"] / u["d"] * d)), "trials": min(u["trials"], 2),
+            "T": min(u["T"], 60), "t_snap": [t for t in u["t_snap"] if t <= 60][:3]}
 
 
 @experiment(SECTION, keys=["student", "link", "clip", "grok_delta", "below_delta", "d_list", "seeds", "T",
-                           "hess_every", "hess_T", "hess_dmax", "n_test", "seed", "dtype"], cost=_curves_cost,
-            shrink=_curves_shrink)
-def curves(p: dict, device: torch.device) -> dict:
-    """Grokking curves (chapter 5) at δ = grok_delta and the control δ = below_delta, for each d, with Hessian
-    snapshots along the same trajectories (eq. app-weights; eq. app-outlier).
+                           "hess_every", "hess_T", "hess_dmax", "n_test", "seed", "dtype"],
+            units=_curves_units, reduce=_curves_reduce, cost=_curves_cost, shrink=_curves_shrink)
+def curves(u: dict, device: torch.device) -> dict:
+    """Grokking curves (chapter 5) at one d and one δ (grok_delta, or the control below_delta), for a block of
+    seeds, with Hessian snapshots along the same trajectories (eq. app-weights; eq. app-outlier).
 
     Parameters
     ----------
-    p : dict
-        ``student``, ``link``, ``clip``, ``grok_delta``, ``below_delta``, ``d_list``, ``seeds``, ``T``,
-        ``hess_every``, ``hess_T``, ``hess_dmax``, ``n_test``, ``seed``, ``dtype``.
+    u : dict
+        One unit: ``student``, ``link``, ``clip``, ``d``, ``n``, ``trials``, ``T``, ``t_snap`` (snapshot steps;
+        empty above hess_dmax), ``n_test``, ``dtype``, ``seed``.
     device : torch.device
 
     Returns
     -------
     dict of ndarray
-        [d, δ (0 below, 1 grok), seed, T+1]: ``train``, ``test``, ``cos``; snapshots [d, δ, seed, S] at the
-        steps ``t_snap``: ``lam``, ``lam2``, ``ov``, ``mv`` (:func:`snapshot_spectrum`; nan for d > hess_dmax);
-        ``d_list``, ``deltas``.
+        [seed, T+1]: ``train``, ``test``, ``cos``; snapshots [seed, S] at the steps ``t_snap``: ``lam``, ``lam2``,
+        ``ov``, ``mv`` (:func:`snapshot_spectrum`; nan without snapshots). The assembled experiment holds them as
+        [d, δ (0 below, 1 grok), seed, …], with ``t_snap``, ``d_list`` and ``deltas``.
     """
-    dt = get_dtype(p["dtype"])
-    act, m, eta = parse_student(p["student"])
-    lk = _link(p)
-    t_snap = np.arange(0, min(p["hess_T"], p["T"]) + 1, p["hess_every"])
-    keys = ("train", "test", "cos", "lam", "lam2", "ov", "mv")
-    res = {k: [] for k in keys}
-    for di, d in enumerate(p["d_list"]):
-        ns = [max(1, round(x * d)) for x in (p["below_delta"], p["grok_delta"])]
-        seed = p["seed"] + 1000 * di
-        prob = mi.sample_problem(d, ns, 1, lk, trials=p["seeds"], device=device, dtype=dt, generator=seed)
-        hess = d <= p["hess_dmax"]
-        out = mi.run_gd(prob, m, eta, p["T"], act=act, n_test=p["n_test"], keep=t_snap.tolist() if hess else (),
-                        generator=seed + 1)
-        snaps = {k: [] for k in ("lam", "lam2", "ov", "mv")}
-        nan = {k: np.full(p["seeds"], np.nan) for k in snaps}
-        for g in range(len(ns)):
-            per = [snapshot_spectrum(out["theta"][int(t)][g], prob.X[g], prob.y[g], prob.Theta_star[g], act)
-                   if hess else nan for t in t_snap]
-            for k in snaps:
-                snaps[k].append(np.stack([s[k] for s in per], -1))
-        res["train"].append(out["train"].cpu().numpy())
-        res["test"].append(out["test"].cpu().numpy())
-        res["cos"].append(hard_cos(out["M"], out["Q"]).cpu().numpy())
-        for k in snaps:
-            res[k].append(np.stack(snaps[k]))
-    o = {k: np.stack(v) for k, v in res.items()}
-    o["t_snap"] = t_snap
-    o["d_list"] = np.asarray(p["d_list"])
-    o["deltas"] = np.asarray([p["below_delta"], p["grok_delta"]])
-    return o
+    act, m, eta = parse_student(u["student"])
+    lk = mi.link(u["link"], c=u["clip"] if u["link"] == "pr_clip" else None)
+    prob = mi.sample_problem(u["d"], u["n"], 1, lk, trials=u["trials"], device=device, dtype=get_dtype(u["dtype"]),
+                             generator=u["seed"])
+    out = mi.run_gd(prob, m, eta, u["T"], act=act, n_test=u["n_test"], keep=u["t_snap"], generator=u["seed"] + 1)
+    nan = {k: np.full(u["trials"], np.nan) for k in ("lam", "lam2", "ov", "mv")}
+    per = [snapshot_spectrum(out["theta"][int(t)], prob.X[0], prob.y[0], prob.Theta_star[0], act)
+           for t in u["t_snap"]] or [nan]
+    res = {k: np.stack([s[k] for s in per], -1) for k in ("lam", "lam2", "ov", "mv")}
+    res.update(train=out["train"].cpu().numpy(), test=out["test"].cpu().numpy(),
+               cos=hard_cos(out["M"], out["Q"]).cpu().numpy())
+    return res
 
 
-def _tgrok_cost(p: dict) -> float:
-    """Per δ: GD (seeds·n·d·T) and a Hessian snapshot at t0 (seeds·(n·(md)² + (md)³))."""
-    m, d, S = parse_student(p["student"])[1], p["tgrok_d"], p["tgrok_seeds"]
-    ns = [max(1, round(dl * d)) for dl in p["tgrok_deltas"]]
-    return sum(costs.gd_s(n, d, m, p["tgrok_T"], S, p["n_test"]) + _snapshot_s(n, d, m, S) for n in ns)
+TGROK_KEYS = ("cos", "test", "train", "lam", "lam2", "ov", "mv")
 
 
-def _tgrok_shrink(p: dict) -> dict:
-    """The first δ, two seeds, 100 steps."""
-    return {**p, "tgrok_deltas": p["tgrok_deltas"][:1], "tgrok_seeds": 2, "tgrok_T": min(p["tgrok_T"], 100)}
+def _tgrok_units(p: dict) -> list[dict]:
+    """One unit per (δ, block of seeds), seeded from its own indices."""
+    d = p["tgrok_d"]
+    units = []
+    for gi, dl in enumerate(p["tgrok_deltas"]):
+        n = max(1, round(dl * d))
+        for bi, (b0, k) in enumerate(_blocks(p["tgrok_seeds"], n, d)):
+            units.append({"student": p["student"], "link": p["link"], "clip": p["clip"], "d": int(d), "n": n,
+                          "trials": k, "T": p["tgrok_T"], "t0": min(p["t0"], p["tgrok_T"]), "n_test": p["n_test"],
+                          "dtype": p["dtype"], "seed": p["seed"] + 9_000_000 + 100 * gi + 7919 * bi})
+    return units
+
+
+def _tgrok_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
+    d = p["tgrok_d"]
+    out = {k: np.stack([np.concatenate([r[k] for u, r in zip(units, results) if u["n"] == max(1, round(dl * d))])
+                        for dl in p["tgrok_deltas"]]) for k in TGROK_KEYS}  # [δ, seed, ...]
+    out["deltas"] = np.asarray(p["tgrok_deltas"], float)
+    out["t0"] = np.asarray(min(p["t0"], p["tgrok_T"]))
+    return out
+
+
+def _tgrok_cost(u: dict) -> float:
+    """GD (trials·n·d·T) and a Hessian snapshot at t0 (trials·(n·(md)² + (md)³))."""
+    m = parse_student(u["student"])[1]
+    return costs.gd_s(u["n"], u["d"], m, u["T"], u["trials"], u["n_test"]) + _snapshot_s(u["n"], u["d"], m, u["trials"])
+
+
+def _tgrok_shrink(u: dict) -> dict:
+    """Two seeds and 100 steps."""
+    return {**u, "trials": min(u["trials"], 2), "T": min(u["T"], 100), "t0": min(u["t0"], 100)}
 
 
 @experiment(SECTION, keys=["student", "link", "clip", "tgrok_d", "tgrok_deltas", "tgrok_seeds", "tgrok_T", "t0",
-                           "n_test", "seed", "dtype"], cost=_tgrok_cost, shrink=_tgrok_shrink)
-def tgrok(p: dict, device: torch.device) -> dict:
-    """Time to grok against δ (chapter 5: divergence as δ ↓ δ_NN) with the Hessian at the plateau time t0, from
-    which eq. ch5-tgrok predicts each run's escape (:func:`predicted_escape`).
+                           "n_test", "seed", "dtype"], units=_tgrok_units, reduce=_tgrok_reduce, cost=_tgrok_cost,
+            shrink=_tgrok_shrink)
+def tgrok(u: dict, device: torch.device) -> dict:
+    """Time to grok against δ (chapter 5: divergence as δ ↓ δ_NN), at one δ for a block of seeds, with the Hessian
+    at the plateau time t0, from which eq. ch5-tgrok predicts each run's escape (:func:`predicted_escape`).
 
     Parameters
     ----------
-    p : dict
-        ``student``, ``link``, ``clip``, ``tgrok_d``, ``tgrok_deltas``, ``tgrok_seeds``, ``tgrok_T``, ``t0``,
-        ``n_test``, ``seed``, ``dtype``.
+    u : dict
+        One unit: ``student``, ``link``, ``clip``, ``d``, ``n``, ``trials``, ``T``, ``t0``, ``n_test``, ``dtype``,
+        ``seed``.
     device : torch.device
 
     Returns
     -------
     dict of ndarray
-        ``cos``, ``test``, ``train`` [δ, seed, T+1]; ``lam``, ``lam2``, ``ov``, ``mv`` [δ, seed] at t0;
-        ``deltas``, ``t0``.
+        ``cos``, ``test``, ``train`` [seed, T+1]; ``lam``, ``lam2``, ``ov``, ``mv`` [seed] at t0. The assembled
+        experiment holds them as [δ, seed, …], with ``deltas`` and ``t0``.
     """
-    dt = get_dtype(p["dtype"])
-    act, m, eta = parse_student(p["student"])
-    lk = _link(p)
-    d, t0 = p["tgrok_d"], min(p["t0"], p["tgrok_T"])
-    ns = [max(1, round(x * d)) for x in p["tgrok_deltas"]]
-    seed = p["seed"] + 9_000_000
-    prob = mi.sample_problem(d, ns, 1, lk, trials=p["tgrok_seeds"], device=device, dtype=dt, generator=seed)
-    out = mi.run_gd(prob, m, eta, p["tgrok_T"], act=act, n_test=p["n_test"], keep=[t0], generator=seed + 1)
-    snaps = [snapshot_spectrum(out["theta"][t0][g], prob.X[g], prob.y[g], prob.Theta_star[g], act)
-             for g in range(len(ns))]
-    o = {k: np.stack([s[k] for s in snaps]) for k in ("lam", "lam2", "ov", "mv")}
-    o["cos"] = hard_cos(out["M"], out["Q"]).cpu().numpy()
-    o["test"] = out["test"].cpu().numpy()
-    o["train"] = out["train"].cpu().numpy()
-    o["deltas"] = np.asarray(p["tgrok_deltas"], float)
-    o["t0"] = np.asarray(t0)
+    act, m, eta = parse_student(u["student"])
+    lk = mi.link(u["link"], c=u["clip"] if u["link"] == "pr_clip" else None)
+    prob = mi.sample_problem(u["d"], u["n"], 1, lk, trials=u["trials"], device=device, dtype=get_dtype(u["dtype"]),
+                             generator=u["seed"])
+    out = mi.run_gd(prob, m, eta, u["T"], act=act, n_test=u["n_test"], keep=[u["t0"]], generator=u["seed"] + 1)
+    o = snapshot_spectrum(out["theta"][u["t0"]], prob.X[0], prob.y[0], prob.Theta_star[0], act)
+    o.update(cos=hard_cos(out["M"], out["Q"]).cpu().numpy(), test=out["test"].cpu().numpy(),
+             train=out["train"].cpu().numpy())
     return o
