@@ -366,3 +366,26 @@ def test_every_experiment_has_a_cost_model(tmp_path):
                 and name not in FIXED_SIZE:
             assert "left 1 s (" in line, line  # the stored unit is the CI unit itself: its 1 s, whatever was recorded
     assert "no estimate" not in r.stdout.splitlines()[-1]
+
+
+def test_best_falls_back_to_the_largest_computed_part(tmp_path):
+    """ch4's sweep with its largest d not yet computed: best(prefix="d_list") shows the stored part (d ≤ 30 of
+    [20, 30, 40]) under the profile's name, with a note naming the gap; without prefix the live result stays."""
+    e = ex.find("ch4.sweep")
+    sec = {"device": "cpu", "students": ["quad:1:0.1"], "link": "pr_clip", "clip": 6.0, "d_list": [20, 30, 40],
+           "deltas": [3.0, 5.0], "seeds": 2, "T": 10, "threshold": 0.5, "n_test": 256, "spec_deltas": [1.0, 2.0],
+           "spec_iters": 10, "init_d": 20, "init_deltas": [3.0], "init_T": 10, "seed": 0, "dtype": "float32"}
+    P = e.schema.validate({**sec, "profile": "ci"})
+    store = st.Store(tmp_path)
+    e.run(P, store=store, show=False)
+    name = e.profile_for(P)
+    last = st.make_key(e.name, e.units(e.params(P))[-1], e.code())
+    for f in (tmp_path / name / e.name).glob(f"{last}.*"):
+        f.unlink()
+    prof = tmp_path / f"{name}.yaml"  # a profile given as a YAML file named like the stored profile
+    prof.write_text(yaml.safe_dump({"ch4_phase_retrieval": sec}))
+    live = st.Result({}, {"profile": "other"})
+    part = e.best(live, store=store, profile=str(prof), prefix="d_list")
+    assert part is not live and list(part["d_list"]) == [20, 30] and part["cos_final"].shape == (1, 2, 2, 2)
+    assert "d_list up to 30" in part.meta["note"] and "2 of 3 units" in part.meta["note"]
+    assert e.best(live, store=store, profile=str(prof)) is live and "2 of 3 units" in live.meta["note"]

@@ -155,19 +155,34 @@ class Experiment:
             return None, n, len(units)
         return sweep.assemble(self, sub, units, got, profile), n, len(units)
 
-    def best(self, live: Result, *, store: Store | None = None, profile: str = "paper") -> Result:
+    def best(self, live: Result, *, store: Store | None = None, profile: str = "paper",
+             prefix: str | None = None, min_prefix: int = 2) -> Result:
         """The ``profile``-scale result when the store holds every unit of it for the current code, else
-        ``live``, which then carries a note when a stale or partial ``profile`` result exists."""
+        ``live``, which then carries a note when a stale or partial ``profile`` result exists.
+
+        With ``prefix`` (a list parameter whose units do not depend on later entries, e.g. chapter 4's ``d_list``):
+        when the whole ``profile`` result is not there yet, the result of the longest leading part of that list
+        whose every unit is stored (at least ``min_prefix`` entries: two d for a finite-size fit), with a note
+        naming the part and the gap."""
         if live.meta.get("profile") == profile:
             return live
         store = store or Store()
         try:
             P = self.schema.validate(load_profile(profile, self.section))
-            stored, n, total = self.load(P, self.profile_for(P), store)
+            name = self.profile_for(P)
+            stored, n, total = self.load(P, name, store)
         except (ParamError, ValueError, OSError):
             return live
         if stored is not None:
             return stored
+        if n and prefix is not None:
+            full = list(P[prefix])
+            for L in range(len(full) - 1, max(min_prefix, 1) - 1, -1):
+                part, _, _ = self.load({**P, prefix: full[:L]}, name, store)
+                if part is not None:
+                    part.meta["note"] = (f"{prefix} up to {full[L - 1]} of the {profile} profile's {full}: "
+                                         f"{n} of {total} units of the whole are computed so far")
+                    return part
         if n:
             live.meta["note"] = f"{n} of {total} units of the {profile}-scale result are computed so far"
         elif store.metas(self.name, profile):

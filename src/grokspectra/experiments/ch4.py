@@ -358,11 +358,20 @@ def analyse_sweep(res, threshold: float, spec=None) -> dict:
             if np.isfinite(f.loc):
                 out["loc_se"][s, d], out["width_se"][s, d], _ = bootstrap_fit_se(x, succ[s, d], seed=1000 * s + d)
     if spec is not None:
-        k_sp = (spec["cos"] >= threshold).sum(-1)
+        # the spectral curve's own d grid (its result may come from another profile than the sweep's): rows are
+        # matched to the sweep's d, nan where the spectral result has no such d
+        dd = [int(v) for v in res["d_list"]]
+        spec_d = [int(v) for v in getattr(spec, "meta", {}).get("params", {}).get("d_list", dd)]
+        k_all = (spec["cos"] >= threshold).sum(-1)
         ns = spec["cos"].shape[-1]
-        fits = [fit_or_nan(spec["deltas"], k_sp[d], np.full(len(spec["deltas"]), ns)) for d in range(k_sp.shape[0])]
-        out.update(k_spec=k_sp, n_spec=ns, loc_spec=np.array([f.loc for f in fits]),
-                   loc_spec_se=np.array([f.loc_se for f in fits]), width_spec=np.array([f.width for f in fits]))
+        k_sp = np.full((D, k_all.shape[1]), np.nan)
+        loc_sp, loc_sp_se, width_sp = (np.full(D, np.nan) for _ in range(3))
+        for i, d in enumerate(dd):
+            if d in spec_d:
+                k_sp[i] = k_all[spec_d.index(d)]
+                f = fit_or_nan(spec["deltas"], k_sp[i], np.full(len(spec["deltas"]), ns))
+                loc_sp[i], loc_sp_se[i], width_sp[i] = f.loc, f.loc_se, f.width
+        out.update(k_spec=k_sp, n_spec=ns, loc_spec=loc_sp, loc_spec_se=loc_sp_se, width_spec=width_sp)
     return out
 
 def linearised_crossing(deltas, rates, rmin: float) -> float:
@@ -478,9 +487,14 @@ def threshold_table(thr: dict, fss: dict, A: dict, dd, dalg: float) -> str:
 
 
 def claims(thr, fss, A, dd, dalg, res, med_warm, med_rand, frac_warm, frac_rand, med_succ, med_fail, both,
-           profile: str) -> list:
-    """The chapter's claims table (``report.Claim`` rows, each with the scale it was judged at)."""
+           profile: str, *, thr_profile: str | None = None, spec_profile: str | None = None,
+           init_scale: str | None = None) -> list:
+    """The chapter's claims table (``report.Claim`` rows, each with the scale it was judged at): ``profile`` is the
+    sweep's, ``thr_profile`` chapter 3's thresholds', ``spec_profile`` the spectral curve's and ``init_scale`` the
+    init comparison's (each defaults to the sweep's)."""
     from .. import report
+
+    thr_profile = thr_profile or profile
 
     rows = []
     n = int(A["n"])
@@ -509,25 +523,26 @@ def claims(thr, fss, A, dd, dalg, res, med_warm, med_rand, frac_warm, frac_rand,
         rows.append(report.at_scale(report.Claim(
             "δ_lin (linearised DMFT) = δ_NN (Hessian criterion)", "eqs. app-lin and app-dnn",
             "equal", f"{thr['delta_lin']:.2f} vs {report.fmt(dn)}", report.within(thr["delta_lin"], dn, tol),
-            f"(tol 2 × combined = {tol:.2f}; horizons T = {thr['lin_T']}, t = {thr['t']})"), f"{profile}"))
+            f"(tol 2 × combined = {tol:.2f}; horizons T = {thr['lin_T']}, t = {thr['t']})"), thr_profile))
     elif thr["lin_T"]:
         rows.append(report.at_scale(report.Claim(
             "δ_lin (linearised DMFT) = δ_NN (Hessian criterion)", "eqs. app-lin and app-dnn", "equal",
             f"δ_lin undecided in [{thr['lin_lo']:g}, {thr['lin_hi']:g}]", None, "Monte-Carlo-limited: not a test"),
-            f"{profile}"))
+            thr_profile))
     # 3. δ_NN > δ_alg
     rows.append(report.at_scale(report.Claim(
         "δ_NN > δ_alg (GD needs more data than the best spectral method)", "[MW26], abstract", "δ_NN > δ_alg",
         f"{report.fmt(dn)} vs {report.fmt(dalg)}", bool(dn - dn_u > dalg) if report.finite(dn, dn_u) else None,
-        "(δ_NN − its uncertainty > δ_alg)"), f"{profile}"))
+        "(δ_NN − its uncertainty > δ_alg)"), thr_profile))
     # 4. the spectral method succeeds at smaller δ than GD
-    ok = np.isfinite(A["loc_spec"]) & np.isfinite(A["loc"][0][: len(A["loc_spec"])])
-    sp_below = bool(np.all(A["loc_spec"][ok] < A["loc"][0][: len(A["loc_spec"])][ok])) if ok.any() else None
+    ok = np.isfinite(A["loc_spec"]) & np.isfinite(A["loc"][0])
+    sp_below = bool(np.all(A["loc_spec"][ok] < A["loc"][0][ok])) if ok.any() else None
     rows.append(report.at_scale(report.Claim(
         "the spectral method succeeds at smaller δ than GD", "[MM17], [LAL19] with [MW26]",
         "δ_c(spectral) < δ_c(GD) at every d",
-        ", ".join(f"{report.fmt(a)} < {report.fmt(b)}" for a, b in zip(A["loc_spec"], A["loc"][0])), sp_below),
-        scale))
+        ", ".join(f"d = {int(d)}: {report.fmt(a)} < {report.fmt(b)}"
+                  for d, a, b, o in zip(dd, A["loc_spec"], A["loc"][0], ok) if o) or "no d with both fits", sp_below),
+        scale if (spec_profile or profile) == profile else f"{scale} (GD); {spec_profile} (spectral)"))
     # 5. test risk follows the overlap
     rows.append(report.at_scale(report.Claim(
         "successful runs generalise, failed ones do not", "[MW26] (feature learning = learning span Θ_*)",
@@ -539,7 +554,7 @@ def claims(thr, fss, A, dd, dalg, res, med_warm, med_rand, frac_warm, frac_rand,
         "warm runs cross at once", f"median step {report.fmt(med_warm)} (warm) vs {report.fmt(med_rand)} "
         f"(random, {frac_rand:.0%} reach it)",
         bool(frac_warm >= frac_rand and (not np.isfinite(med_rand) or med_warm < med_rand / 3))
-        if np.isfinite(med_warm) else None, "(warm ≥ random success and ≥ 3× faster)"), scale))
+        if np.isfinite(med_warm) else None, "(warm ≥ random success and ≥ 3× faster)"), init_scale or scale))
     return rows
 
 
