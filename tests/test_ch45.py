@@ -366,3 +366,20 @@ def test_bootstrap_over_seeds_gives_the_spread_of_the_fitted_location():
     sd = np.std(locs, ddof=1)
     assert abs(np.mean(boot) / sd - 1) < 0.2
     assert np.nanmean(fisher) / sd < 0.8
+
+def test_spectral_curve_is_matched_to_the_sweep_by_d():
+    """analyse_sweep pairs the spectral method's rows with the sweep's by the value of d (the two results may come
+    from different profiles): a shared d gets its fit, a d the spectral curve lacks gets nan, never a neighbour's."""
+    from grokspectra.store import Result
+
+    rng = np.random.default_rng(1)
+    x = np.array([3.0, 5.0, 7.0, 9.0])
+    res = {"cos_final": rng.random((1, 2, 4, 8)) * (x[None, None, :, None] / 9.0), "deltas": x,
+           "d_list": np.array([400, 1000])}
+    spec = Result({"cos": np.stack([np.tile((np.array([0.5, 1, 1.5, 2.0]) > c)[:, None], 8) * 1.0
+                                    for c in (0.7, 1.2)]), "deltas": np.array([0.5, 1, 1.5, 2.0])},
+                  {"params": {"d_list": [200, 400]}})
+    A = ch4.analyse_sweep(res, 0.5, spec)
+    assert np.isfinite(A["k_spec"][0]).all() and np.isnan(A["k_spec"][1]).all()
+    assert A["k_spec"][0].tolist() == [0, 0, 8, 8]  # the d = 400 row of the spectral curve, not its first (d = 200)
+    assert np.isnan(A["loc_spec"][1])
