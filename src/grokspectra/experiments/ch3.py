@@ -215,50 +215,59 @@ def _dnn_cell(act, m, link, scale, times, p, eta, device, seed):
 DNN_FIELDS = ("delta_nn", "lo", "hi", "noise_limited", "root_mc_se", "edge", "edge_se")
 
 
-def _dnn_cost(p: dict) -> float:
-    """Per cell (act, m, link, scale): replicates × δ points of the bisections × a DMFT run of √(N·N_max) paths to
-    max(times) (N·m²·T²), shared by every t, and a criterion per t."""
-    k = _bisect_points(p["dnn_lo"], p["dnn_hi"], p["dnn_rtol"])
-    n, T, nt = _bisect_paths(p["dnn_N"], p["dnn_Nmax"]), max(p["dnn_times"]), len(p["dnn_times"])
-    runs = 2 + nt * (k - 2)  # the bracket's ends are evaluated once for every t
-    per_m = sum(runs * costs.dmft_s(n, T, m) + nt * k * costs.law_s(n, m) for m in p["dnn_ms"])
-    return len(p["dnn_acts"]) * len(p["dnn_links"]) * len(p["dnn_scales"]) * p["dnn_reps"] * per_m
+DNN_UNIT_KEYS = ("dnn_times", "dnn_N", "dnn_Nmax", "dnn_reps", "dnn_rtol", "dnn_lo", "dnn_hi", "seed")
 
 
-def _dnn_shrink(p: dict) -> dict:
-    """One cell and the last t, two replicates of ``dnn_N`` paths at the two ends of a bracket too narrow to bisect
-    (always four DMFT runs, whatever the signs)."""
-    return {**p, "dnn_acts": p["dnn_acts"][:1], "dnn_ms": p["dnn_ms"][:1], "dnn_links": p["dnn_links"][:1],
-            "dnn_scales": p["dnn_scales"][:1], "dnn_times": p["dnn_times"][-1:], "dnn_Nmax": p["dnn_N"],
-            "dnn_reps": 2, "dnn_hi": 1.4 * p["dnn_lo"], "dnn_rtol": 0.5}
+def _dnn_units(p: dict) -> list[dict]:
+    """One unit per cell (act, m, link, scale), the cheapest (m = 1) first: each is one bisection per t."""
+    return [{"act": a, "m": int(m), "link": lk, "scale": float(s), "eta": p[f"eta_{a}"] * m,
+             **{k: p[k] for k in DNN_UNIT_KEYS}}
+            for m in p["dnn_ms"] for a in p["dnn_acts"] for lk in p["dnn_links"] for s in p["dnn_scales"]]
 
 
-@experiment(SECTION, keys=["dnn_acts", "dnn_ms", "dnn_links", "dnn_scales", "dnn_times", "dnn_N", "dnn_Nmax",
-                           "dnn_reps", "dnn_rtol", "dnn_lo", "dnn_hi", "eta_quad", "eta_gelu", "seed"],
-            cost=_dnn_cost, shrink=_dnn_shrink)
-def dnn(p, device):
-    """δ_NN(t) [act, m, link, scale, t] by noise-controlled bisection in δ on the Hessian criterion (eq.
-    app-weights–app-outlier; :func:`_dnn_cell`). Fields (each [act, m, link, scale, t]): ``delta_nn`` (geometric
-    mid-point of the final bracket), ``lo``, ``hi``, ``noise_limited`` (1: Monte-Carlo spread, not the tolerance,
-    limited the bracket), ``root_mc_se`` (Monte-Carlo spread of the root), ``edge``/``edge_se`` (the bulk edge of the
-    law at the evaluated δ nearest the root, mean and s.e. over replicates: < 0 means phase 1 has not settled)."""
+def _dnn_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
     A, Ms, Ls, Ss, Ts = p["dnn_acts"], p["dnn_ms"], p["dnn_links"], p["dnn_scales"], p["dnn_times"]
     shape = (len(A), len(Ms), len(Ls), len(Ss), len(Ts))
     out = {k: np.full(shape, np.nan) for k in DNN_FIELDS}
     runs, wall = np.zeros(shape[:4]), np.zeros(shape[:4])
-    for ia, act in enumerate(A):
-        for im, m in enumerate(Ms):
-            eta = p[f"eta_{act}"] * m
-            for il, link in enumerate(Ls):
-                for isc, s in enumerate(Ss):
-                    t0 = time.perf_counter()
-                    r, n = _dnn_cell(act, m, link, s, Ts, p, eta, device, p["seed"] + 17)
-                    for k, name in enumerate(DNN_FIELDS):
-                        out[name][ia, im, il, isc] = r[:, k]
-                    runs[ia, im, il, isc] = n
-                    wall[ia, im, il, isc] = time.perf_counter() - t0
+    for u, r in zip(units, results):
+        i = (A.index(u["act"]), Ms.index(u["m"]), Ls.index(u["link"]), Ss.index(u["scale"]))
+        for k, name in enumerate(DNN_FIELDS):
+            out[name][i] = r["cell"][:, k]
+        runs[i], wall[i] = r["dmft_runs"], r["wall_s"]
     out.update(dmft_runs=runs, wall_s=wall, times=np.array(Ts), scales=np.array(Ss), ms=np.array(Ms))
     return out
+
+
+def _dnn_cost(u: dict) -> float:
+    """Replicates × δ points of the bisections × a DMFT run of √(N·N_max) paths to max(times) (N·m²·T²), shared by
+    every t, and a criterion per t."""
+    k = _bisect_points(u["dnn_lo"], u["dnn_hi"], u["dnn_rtol"])
+    n, T, nt = _bisect_paths(u["dnn_N"], u["dnn_Nmax"]), max(u["dnn_times"]), len(u["dnn_times"])
+    runs = 2 + nt * (k - 2)  # the bracket's ends are evaluated once for every t
+    return u["dnn_reps"] * (runs * costs.dmft_s(n, T, u["m"]) + nt * k * costs.law_s(n, u["m"]))
+
+
+def _dnn_shrink(u: dict) -> dict:
+    """The last t, two replicates of ``dnn_N`` paths at the two ends of a bracket too narrow to bisect (always four
+    DMFT runs, whatever the signs)."""
+    return {**u, "dnn_times": u["dnn_times"][-1:], "dnn_Nmax": u["dnn_N"], "dnn_reps": 2,
+            "dnn_hi": 1.4 * u["dnn_lo"], "dnn_rtol": 0.5}
+
+
+@experiment(SECTION, keys=["dnn_acts", "dnn_ms", "dnn_links", "dnn_scales", "dnn_times", "dnn_N", "dnn_Nmax",
+                           "dnn_reps", "dnn_rtol", "dnn_lo", "dnn_hi", "eta_quad", "eta_gelu", "seed"],
+            units=_dnn_units, reduce=_dnn_reduce, cost=_dnn_cost, shrink=_dnn_shrink)
+def dnn(u, device):
+    """δ_NN(t) of one cell (act, m, link, scale) at each t by noise-controlled bisection in δ on the Hessian
+    criterion (eq. app-weights–app-outlier; :func:`_dnn_cell`). The assembled experiment holds, each [act, m, link,
+    scale, t]: ``delta_nn`` (geometric mid-point of the final bracket), ``lo``, ``hi``, ``noise_limited`` (1:
+    Monte-Carlo spread, not the tolerance, limited the bracket), ``root_mc_se`` (Monte-Carlo spread of the root),
+    ``edge``/``edge_se`` (the bulk edge of the law at the evaluated δ nearest the root, mean and s.e. over
+    replicates: < 0 means phase 1 has not settled); ``dmft_runs`` and ``wall_s`` [act, m, link, scale]."""
+    t0 = time.perf_counter()
+    r, n = _dnn_cell(u["act"], u["m"], u["link"], u["scale"], u["dnn_times"], u, u["eta"], device, u["seed"] + 17)
+    return {"cell": r, "dmft_runs": np.asarray(n), "wall_s": np.asarray(time.perf_counter() - t0)}
 
 
 def _alg_cost(p: dict) -> float:
