@@ -121,8 +121,9 @@ def _sweep_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
 
 
 def _sweep_cost(u: dict) -> float:
-    """About seconds on two CPU threads: per step and seed, the two skinny products of ``run_gd_shared`` cost a
-    per-row term (reading X) and a per-row-and-column term (its flops); measured at d = 2000."""
+    """About seconds on two idle CPU threads (the other chapters' models are per thread; the dry run's timed probe
+    rescales either): per step and seed, the two skinny products of ``run_gd_shared`` cost a per-row term (reading
+    X) and a per-row-and-column term (its flops); measured at d = 2000."""
     d = u["d"]
     ns = [max(1, round(x * d)) for x in u["deltas"]]
     cols = sum(parse_student(s)[1] for s in u["students"])
