@@ -110,3 +110,47 @@ def test_compact_table_names_the_scale_once():
     assert line.count("CI scale (2 seeds)") == 1 and "–" in line
     ok = report.at_scale(report.Claim("c", "s", "1", "2", True), "CI scale (2 seeds)")
     assert "✓" in report.table_md_compact([ok]) and "(CI scale (2 seeds))" in report.table_md_compact([ok])
+
+
+def _lock_result(S: int, E: int = 400, fall_at: int = 350, etas=None):
+    """A headline-shaped Result: S grokking runs whose σ₂/σ₃ rises ×100 over epochs 150–250 and falls back at
+    ``fall_at`` (σ₃ jumps, σ₂ decays smoothly), then S controls at σ₂/σ₃ ≈ 1.3 with small noise."""
+    rng = np.random.default_rng(0)
+    t = np.arange(E + 1, dtype=float)
+    s2 = 1e-2 * np.exp(-t / 300)
+    s3_lock = s2 / (2.0 * 100.0 ** np.clip((t - 150) / 100, 0, 1))
+    s3_lock[t >= fall_at] = s2[t >= fall_at] / 10
+    eig = np.zeros((2 * S, E + 1, 5))
+    eig[:, :, 0] = 1.0
+    eig[:, :, 1] = s2
+    eig[:S, :, 2] = s3_lock
+    eig[S:, :, 2] = s2 / (1.3 * np.exp(0.01 * rng.standard_normal((S, E + 1))))
+    eig[:, :, 3:] = eig[:, :, 2:3] / 2
+    loss = np.exp(-t / 100)[None].repeat(2 * S, 0)
+    etas = np.r_[np.full(S, 2e-4), np.zeros(S)] if etas is None else np.asarray(etas, float)
+    acc = np.ones((2 * S, E + 1))
+    return Result({"eigW20": eig, "train_loss": loss, "etas": etas, "test_acc": acc, "rho_code": 0 * acc,
+                   "gram_epochs": t.astype(int)},
+                  {"profile": "ci", "params": {"seeds": S, "window": 20, "sweep_etas": sorted(set(etas.tolist()))}})
+
+
+def test_lock_end_and_control_margin_on_a_known_series():
+    """The synthetic lock-in ends 12 epochs after the fall (half the trailing-median window), σ₃ grows and σ₂
+    decays between peak and end as constructed, the train loss has no jump, and flat controls do not fire
+    (Fisher's exact p = 1 against Xu's 0/15)."""
+    S = 3
+    H = _lock_result(S)
+    le = ch7.lock_end(H)
+    assert np.all(le["end"][:S] == 362) and np.all(np.isnan(le["peak"][S:]))
+    assert np.all(le["s3_jump"][:S] > 5) and np.all(le["s2_jump"][:S] < 1)
+    assert np.allclose(le["loss_step"][:S], 0.01)
+    cm = ch7.control_margin(H)
+    assert cm["k"] == 0 and cm["hi"] < 0.04 and cm["p"] == pytest.approx(1.0)
+    assert "0/3" in ch7.control_sentence(cm) and "nan" not in ch7.control_sentence(cm)
+    Es = _lock_result(S, E=600, fall_at=700)  # the sweep's runs never unlock
+    ls = ch7.lock_end_summary(H, Es)
+    assert ls["n_ended"] == S and "3/3" in ch7.lock_end_sentence(ls) and ls["still"]
+    short = _lock_result(S, E=300)
+    assert "none of the 3" in ch7.lock_end_sentence(ch7.lock_end_summary(short, Es))
+    for text in (ch7.lock_end_sentence(ls), ch7.still_sentence(ls), ch7.late_fire_sentence(ls), ls["table"]):
+        assert "nan" not in text

@@ -171,6 +171,34 @@ def test_max_slope_is_the_detector_statistic():
         np.testing.assert_array_equal(np.isfinite(lockin.slope_fire(r, thresh=th)), m > th)
 
 
+def test_unlock_epoch_closed_form():
+    """A series that rises ×100 from epoch 150 to 250, holds, and falls ×50 at epoch 350: the trailing 25-epoch
+    median peaks where it first reaches the plateau's top and falls below a tenth of it 13 epochs after the fall
+    (half the window), with single-epoch spikes ignored; a plateau that never falls, a rise of only ×5 and a
+    series without any rise give NaN where they should."""
+    T = 501
+    t = np.arange(T, dtype=float)
+    up = np.clip((t - 150) / 100, 0, 1)
+    r = 2.0 * 100.0 ** up
+    r[t >= 350] = 4.0
+    r[400] = 1e4  # one spike after the end changes nothing
+    never = 2.0 * 100.0 ** up
+    weak = 2.0 * 5.0 ** up
+    flat = np.full(T, 1.5)
+    peak, end = lockin.unlock_epoch(np.stack([r, never, weak, flat]))
+    assert peak[0] >= 250 and peak[0] < 350 and end[0] == 350 + 12
+    assert peak[1] >= 250 and np.isnan(end[1])
+    assert np.isnan(peak[2]) and np.isnan(end[2]) and np.isnan(peak[3]) and np.isnan(end[3])
+    r_nan = r.copy()
+    r_nan[1::2] = np.nan  # a Gram every other epoch: the same end within the window's resolution
+    p2, e2 = lockin.unlock_epoch(r_nan)
+    assert abs(e2 - end[0]) <= 2
+    with pytest.raises(ValueError):
+        lockin.unlock_epoch(r, frac=1.5)
+    with pytest.raises(ValueError):
+        lockin.unlock_epoch(r[:50])
+
+
 def test_auc_against_mann_whitney():
     from scipy.stats import mannwhitneyu
 

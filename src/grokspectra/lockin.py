@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -199,6 +201,55 @@ def max_slope(r: np.ndarray, *, window: int = 25, ep_min: int = 100, clip: float
     s = log_slope(r, window, clip)[..., ep_min:]
     ok = np.isfinite(s)
     return np.where(ok.any(-1), np.where(ok, s, -np.inf).max(-1, initial=-np.inf), np.nan)
+
+
+def unlock_epoch(r: np.ndarray, *, frac: float = 0.1, rise: float = 10.0, smooth: int = 25, ep_min: int = 100
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Peak and end of a lock-in (a book definition; Xu's papers have no notion of the lock-in ending).
+
+    With m(t) the median of σ₂/σ₃ over the trailing ``smooth`` epochs (single-epoch spikes do not count), the peak
+    is the epoch t ≥ ``ep_min`` of largest m(t). It is a lock-in when m rose to it by at least a factor ``rise``
+    from its lowest value since ``ep_min``, and the lock-in has ended at the first later epoch with
+    m(t) < ``frac`` · m(peak). Both epochs are causal: an online monitor could report them.
+
+    Parameters
+    ----------
+    r : array ``[..., T]``
+        σ₂/σ₃ per epoch (index = epoch); NaN epochs (no Gram logged) are left out of the medians.
+    frac, rise
+        The fall that counts as an end, relative to the peak (0.1: a factor of ten), and the rise before the peak
+        that counts as a lock-in.
+    smooth, ep_min
+        Trailing median window, and the first epoch the peak may lie at (Xu's detector starts at 100).
+
+    Returns
+    -------
+    (peak, end) : arrays ``[...]``
+        Epochs; ``peak`` is NaN when there was no lock-in, ``end`` when it has not ended by the end of the run.
+    """
+    r = np.asarray(r, dtype=float)
+    if not 0 < frac < 1:
+        raise ValueError(f"frac must lie in (0, 1), got {frac}")
+    if rise < 1:
+        raise ValueError(f"rise must be >= 1, got {rise}")
+    if smooth < 1 or r.shape[-1] < ep_min + 1:
+        raise ValueError(f"need smooth >= 1 and more than ep_min = {ep_min} epochs, got {smooth} and {r.shape[-1]}")
+    pad = np.concatenate([np.full(r.shape[:-1] + (smooth - 1,), np.nan), r], -1)
+    win = np.lib.stride_tricks.sliding_window_view(pad, smooth, axis=-1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows (no Gram yet) give NaN
+        m = np.nanmedian(win, -1)
+    ep = np.arange(r.shape[-1])
+    mm = np.where((ep >= ep_min) & np.isfinite(m), m, -np.inf)
+    k = mm.argmax(-1)
+    top = np.take_along_axis(mm, k[..., None], -1)
+    low = np.where(ep <= k[..., None], np.where(np.isfinite(mm), mm, np.inf), np.inf).min(-1)
+    with np.errstate(invalid="ignore"):
+        locked = np.isfinite(top[..., 0]) & (top[..., 0] >= rise * low)
+    peak = np.where(locked, k.astype(float), np.nan)
+    with np.errstate(invalid="ignore"):
+        end = _first_true((ep > k[..., None]) & np.isfinite(m) & (m < frac * top))
+    return peak, np.where(np.isfinite(peak), end, np.nan)
 
 
 def threshold_fire(x: np.ndarray, thresh: float, *, ep_min: int = 0, sustained: int = 1) -> np.ndarray:

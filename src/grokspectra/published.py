@@ -98,6 +98,8 @@ CH7: dict[str, Published] = {
     "rho_fire": Published((15, 15, 17, 17, 18), "rho >= 0.075, grok arm: fired, runs, median epoch, IQR", XU_FINDINGS),
     # eta sweep (5 eta x 5 seeds x 600 epochs) and the long run
     "eta_fit": Published((0.80, -75, 0.87), "t_rho = a t_test + b over grokking runs: a, b, R²", XU_FINDINGS),
+    "eta_late": Published({1e-5: 1.8, 5e-5: 1949, 1e-4: 14.3, 2e-4: 6.8, 5e-4: 20.4},
+                          "late sigma2/sigma3 (median over epochs 300-600, then over 5 seeds) per eta", XU_FINDINGS),
     "long_t_grok": Published(1527, "eta = 1e-5, 2000 epochs, one seed: grokking epoch", XU_NOTE5),
     "long_t_rho": Published(527, "eta = 1e-5 long run: epoch of rho >= 0.075", XU_NOTE5),
     "long_peak": Published(25, "eta = 1e-5 long run: peak sigma2/sigma3 (approximately)", XU_ABSTRACT),

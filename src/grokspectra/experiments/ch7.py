@@ -666,6 +666,149 @@ def long_sentence(ls: dict) -> str:
     return s
 
 
+UNLOCK_FRAC = 0.1  # a lock-in has ended when the 25-epoch median of σ₂/σ₃ falls below a tenth of its peak
+
+
+def control_margin(H) -> dict:
+    """How close the η = 0 controls of the headline come to firing: the largest log-slope of each control's
+    σ₂/σ₃ after epoch 100 (:func:`grokspectra.lockin.max_slope`) against Xu's threshold 0.04, and Fisher's exact
+    test of our count of firing controls against Xu's 0/15 (two-sided)."""
+    from scipy.stats import fisher_exact
+
+    from ..published import CH7
+
+    hp = H.meta["params"]
+    S, W = hp["seeds"], hp["window"]
+    r23 = lockin.ratios(H[f"eigW{W}"])[1]
+    ms = lockin.max_slope(r23[S:2 * S])
+    k = int(np.sum(ms > 0.04))
+    k_xu, n_xu = CH7["fire_ctrl"].value
+    p = float(fisher_exact([[k, S - k], [k_xu, n_xu - k_xu]])[1])
+    return {"S": S, "k": k, "slopes": ms, "med": float(np.nanmedian(ms)), "lo": float(np.nanmin(ms)),
+            "hi": float(np.nanmax(ms)), "p": p, "k_xu": k_xu, "n_xu": n_xu}
+
+
+def control_sentence(cm: dict) -> str:
+    """The control margin in words."""
+    s = (f"The largest log-slope of the {cm['S']} controls' $\\sigma_2/\\sigma_3$ after epoch 100 has median "
+         f"{cm['med']:.3f} (range {cm['lo']:.3f}–{cm['hi']:.3f}) against the threshold 0.04")
+    if cm["k"]:
+        s += (f": the {'control that fires exceeds' if cm['k'] == 1 else 'controls that fire exceed'} it by at most "
+              f"{100 * (cm['hi'] / 0.04 - 1):.0f} %, so the detector's margin on the controls is thin")
+    s += (f". Our {cm['k']}/{cm['S']} and Xu's {cm['k_xu']}/{cm['n_xu']} firing controls do not differ "
+          f"(Fisher's exact test, p = {cm['p']:.2f}).")
+    return s
+
+
+def lock_end(res) -> dict:
+    """Peak and end of the lock-in (:func:`grokspectra.lockin.unlock_epoch`: the trailing 25-epoch median of
+    σ₂/σ₃ falls below ``UNLOCK_FRAC`` of its peak) in every run of a headline or η-sweep result, and what changes
+    between the two epochs: the factors by which σ₂ and σ₃ of the rolling Gram move."""
+    W = res.meta["params"]["window"]
+    eig = np.asarray(res[f"eigW{W}"], float)
+    r23 = lockin.ratios(eig)[1]
+    peak, end = lockin.unlock_epoch(r23, frac=UNLOCK_FRAC)
+    idx = np.arange(eig.shape[0])
+    pk, e = (np.nan_to_num(x, nan=0).astype(int) for x in (peak, end))
+    with np.errstate(all="ignore"):
+        s3 = np.where(np.isfinite(end), eig[idx, e, 2] / eig[idx, pk, 2], np.nan)
+        s2 = np.where(np.isfinite(end), eig[idx, e, 1] / eig[idx, pk, 1], np.nan)
+    # the train loss around the end: largest one-epoch |Δ ln loss| over the 25 epochs before it, and 100…50 before
+    dl = np.abs(np.diff(np.log(np.asarray(res["train_loss"], float)), axis=-1))  # dl[:, t-1] = change into epoch t
+    t = np.arange(1, dl.shape[-1] + 1)
+
+    def step_max(lo, hi):
+        m = (t > (end - lo)[:, None]) & (t <= (end - hi)[:, None])
+        return np.where(m.any(-1), np.where(m, dl, -np.inf).max(-1), np.nan)
+
+    return {"fire": lockin.slope_fire(r23), "peak": peak, "end": end, "s3_jump": s3, "s2_jump": s2,
+            "loss_step": step_max(25, 0), "loss_step_before": step_max(100, 50),
+            "r_last": r23[:, -1], "E": r23.shape[-1] - 1, "etas": np.asarray(res["etas"], float)}
+
+
+def _num(x: float) -> str:
+    """Three significant digits without an exponent for values up to 10⁶ ('1180', '2.13')."""
+    return f"{x:.0f}" if 1000 <= abs(x) < 1e6 else f"{x:.3g}"
+
+
+def lock_end_summary(H, Es) -> dict:
+    """The headline's grokking arm, and the η sweep per η: lock-ins (a rise of σ₂/σ₃ by ×10), their peak and end
+    epochs, and σ₂/σ₃ at the last epoch beside the late medians (ours and Xu's)."""
+    from ..published import CH7
+
+    S = H.meta["params"]["seeds"]
+    g = {k: v[:S] if isinstance(v, np.ndarray) and v.ndim else v for k, v in lock_end(H).items()}
+    es = lock_end(Es)
+    late = events(Es, Es.meta["params"]["window"])["late"]
+    xu = CH7["eta_late"].value
+    rows = ["| $\\eta$ | lock-ins | peak epoch | ended within the run | end epoch | "
+            "$\\sigma_2/\\sigma_3$ at the last epoch | late $\\sigma_2/\\sigma_3$: ours (Xu) |", "|---|---|---|---|---|---|---|"]
+    for e_ in Es.meta["params"]["sweep_etas"]:
+        sel = np.isclose(es["etas"], e_)
+        xv = next((v for k, v in xu.items() if np.isclose(k, e_)), None)
+        rows.append(f"| ${sci_tex(e_)}$ | {count(es['peak'][sel])} | {epoch_words(es['peak'][sel], '–')} | "
+                    f"{count(es['end'][sel])} | {epoch_words(es['end'][sel], '–')} | "
+                    f"{_num(np.median(es['r_last'][sel]))} | {_num(np.nanmedian(late[sel]))} "
+                    f"({'–' if xv is None else f'{xv:g}'}) |")
+
+    def med(x):
+        return float(np.nanmedian(x)) if np.isfinite(x).any() else np.nan
+
+    after = np.isfinite(es["end"]) & (es["fire"] > es["end"])  # the detector fired only after the lock-in ended
+    late_fire = [(float(e_), int(after[np.isclose(es["etas"], e_)].sum()), int(np.isclose(es["etas"], e_).sum()))
+                 for e_ in Es.meta["params"]["sweep_etas"] if after[np.isclose(es["etas"], e_)].any()]
+
+    still = []  # η whose every lock-in lasts to the last epoch: (η, peak epochs)
+    for e_ in Es.meta["params"]["sweep_etas"]:
+        sel = np.isclose(es["etas"], e_) & np.isfinite(es["peak"])
+        if sel.any() and np.isnan(es["end"][sel]).all():
+            xv = next((v for k, v in xu.items() if np.isclose(k, e_)), None)
+            still.append((float(e_), epoch_words(es["peak"][sel], "–"),
+                          float(np.nanmedian(late[np.isclose(es["etas"], e_)])), xv))
+    return {"S": S, "E": g["E"], "E_sweep": es["E"], "locked": count(g["peak"]), "still": still, "ended": count(g["end"]),
+            "n_ended": int(np.isfinite(g["end"]).sum()), "end": med_str(g["end"]), "peak": med_str(g["peak"]),
+            "dur": med_str(g["end"] - g["fire"]), "s3": med(g["s3_jump"]), "s2": med(g["s2_jump"]),
+            "loss_step": med(g["loss_step"]), "loss_step_before": med(g["loss_step_before"]),
+            "r_last": med_str(g["r_last"]), "table": "\n".join(rows), "late_fire": late_fire}
+
+
+def still_sentence(ls: dict) -> str:
+    """η values of the sweep whose every lock-in lasts to the last epoch, in words."""
+    if not ls["still"]:
+        return "Every lock-in of the sweep has ended by the last epoch."
+    parts = [f"at {_eta_tex(e)} (peak at epoch {pk}; late median {lm:.3g}"
+             + ("" if xv is None else f", Xu's {xv:g}") + ")" for e, pk, lm, xv in ls["still"]]
+    return (f"The lock-in is still in place at the sweep's last epoch, {ls['E_sweep']}, " + ", ".join(parts)
+            + ": there the late median is that of a locked network, and its size depends on how far the lock-in "
+            "has risen by the end of the window.")
+
+
+def late_fire_sentence(ls: dict) -> str:
+    """Runs of the η sweep whose detector fired only after their lock-in had ended, in words."""
+    if not ls["late_fire"]:
+        return "In every run of the sweep with a lock-in, the detector fired before the lock-in ended."
+    parts = [f"{k}/{n} runs at {_eta_tex(e)}" for e, k, n in ls["late_fire"]]
+    return ("The detector is not always on time: in " + ", ".join(parts) + " it fires only after the lock-in has "
+            "ended. There $\\sigma_2/\\sigma_3$ rose to its peak too slowly for a log-slope of 0.04 over 25 epochs, "
+            "and a later fluctuation triggered the detector.")
+
+
+def lock_end_sentence(ls: dict) -> str:
+    """The headline's lock-in ending, in words; at a scale whose runs stop before it, says so."""
+    if not ls["n_ended"]:
+        return (f"Within the {ls['E']} epochs shown here, none of the {ls['S']} grokking runs' lock-ins has ended "
+                "(the 25-epoch median of $\\sigma_2/\\sigma_3$ falling below a tenth of its peak).")
+    return (f"The lock-in ends before epoch {ls['E']} in {ls['ended']} grokking runs of the headline. The median "
+            f"of $\\sigma_2/\\sigma_3$ over the last 25 epochs peaks at epoch {ls['peak']}. It falls below a tenth "
+            f"of its peak at epoch {ls['end']}, {ls['dur']} epochs after the detector fired, and at epoch {ls['E']} "
+            f"it is {ls['r_last']}. What changes is $\\sigma_3$: from the peak to the end it grows by a median "
+            f"factor {ls['s3']:.3g}, while $\\sigma_2$ keeps its slow decay (factor {ls['s2']:.2f}). The train "
+            f"loss does not jump: its largest one-epoch change in the 25 epochs before the end is "
+            f"{100 * ls['loss_step']:.1f} % (median over runs), against {100 * ls['loss_step_before']:.1f} % "
+            "50–100 epochs earlier. The rank-2 structure of the updates breaks while the fit keeps improving "
+            "smoothly.")
+
+
 def fit_sentence(es: dict) -> str:
     """The regression of the ρ crossing on the test-0.5 epoch, or why there is none at this scale."""
     f = es["fit"]
@@ -949,6 +1092,18 @@ def claims(H, Rl, Es, L, Gd) -> list:
                                else f"no fit ({f['n']} grokking {'run' if f['n'] == 1 else 'runs'} with both events)",
                                within(f["a"], a0, 2 * f["a_se"]), "tolerance: 2 standard errors of our slope"),
                          scale_e, eta_ok, "5 seeds per $\\eta$, 600 epochs"))
+    late_e = events(Es, ep["window"])["late"]
+    for e_, xv in P["eta_late"].value.items():
+        sel = np.isclose(Es["etas"], e_)
+        if not sel.any():
+            continue
+        lm, se = log_median(late_e[sel])
+        tol = 2 * np.sqrt(2) * se  # both medians over 5 seeds: the same spread on each side
+        rows.append(at_scale(Claim(f"$\\eta$ sweep, {_eta_tex(e_)}: late $\\sigma_2/\\sigma_3$ (epochs 300–600)",
+                                   P["eta_late"].source, f"{xv:g}", fmt(np.exp(lm)), within(lm, np.log(xv), tol),
+                                   f"tolerance: factor {np.exp(tol):.2f} (2 × combined s.e. of two 5-seed medians)"
+                                   if np.isfinite(tol) else "one seed: no spread to judge by"),
+                             scale_e, eta_ok, "5 seeds per $\\eta$, 600 epochs"))
     one = "one seed: no spread to judge by"
     long_ok = lp["long_epochs"] >= 2000 and at_xu_scale(L, seeds_key=None)
     for key, what, ours in (("long_t_grok", "$\\eta = 10^{-5}$: grokking epoch", ls["t99"]),
