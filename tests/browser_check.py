@@ -55,6 +55,18 @@ SKIP_DIRS = {"_static", "_sources", "_images", "_downloads"}
 PAGE_TIMEOUT = 30.0
 
 
+def _whole_chars(v):
+    """Strings from the page with lone UTF-16 surrogates (a JavaScript ``slice`` can cut a math letter such as 𝜎 in
+    half) replaced by U+FFFD, recursively, so that printing and JSON never fail on them."""
+    if isinstance(v, str):
+        return v.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(v, list):
+        return [_whole_chars(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _whole_chars(x) for k, x in v.items()}
+    return v
+
+
 class BrowserError(RuntimeError):
     pass
 
@@ -178,7 +190,7 @@ class Page:
                       timeout=timeout)
         if "exceptionDetails" in r:
             raise BrowserError(f"script error: {r['exceptionDetails'].get('exception', {}).get('description') or r['exceptionDetails'].get('text')}")
-        return r["result"].get("value")
+        return _whole_chars(r["result"].get("value"))
 
     def screenshot(self, path: Path, width: int):
         height = self.js("Math.ceil(Math.max(document.documentElement.scrollHeight, document.body.scrollHeight))")

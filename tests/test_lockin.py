@@ -322,3 +322,28 @@ def test_chapter_experiments_bookkeeping(tmp_path):
     assert g["test_acc"].shape == (2, 2, 2, 41)
     assert np.isnan(g["test_acc"][0, :, :, 31:]).all() and np.isfinite(g["test_acc"][0, :, :, :31]).all()
     assert np.isfinite(g["test_acc"][1]).all()
+
+
+def test_float64_rerun_follows_the_float32_run(tmp_path):
+    """ch7.precision reruns seeds of the η sweep in float64: at toy size the trajectory is the float32 one (test
+    accuracy and train loss to float32 rounding, σ₁ and σ₂ of the rolling Gram to 1e-3 relative), and a
+    prec_eta outside the sweep or more seeds than it has are errors."""
+    from grokspectra.experiments import ch7
+    from grokspectra.store import Store
+
+    store = Store(tmp_path)
+    run = lambda e, q: e.run({**q, "profile": "toy", "device": "cpu"}, store=store, show=False)  # noqa: E731
+    p = {"M": 7, "K": 16, "frac": 0.5, "sweep_etas": [0.0, 2e-4], "sweep_seeds": 2, "sweep_epochs": 40, "window": 6,
+         "gram_every": 10, "gram_dense": 0, "prec_eta": 2e-4, "prec_seeds": 2}
+    es = run(ch7.eta_sweep, p)
+    pr = run(ch7.precision, p)
+    ps = ch7.precision_summary(es, pr)
+    assert ps["n"] == 2 and np.all(ps["dacc"] < 1e-6)  # the same predictions (accuracies stored in float32)
+    sel = np.isclose(es["etas"], 2e-4)
+    np.testing.assert_allclose(pr["train_loss"], es["train_loss"][sel], rtol=1e-4)
+    e32, e64 = es["eigW6"][sel][:, 10:], pr["eigW"][:, 10:]
+    np.testing.assert_allclose(e64[..., :2], e32[..., :2], rtol=1e-3)
+    with pytest.raises(ValueError, match="sweep_etas"):
+        run(ch7.precision, {**p, "prec_eta": 1e-3})
+    with pytest.raises(ValueError, match="sweep_seeds"):
+        run(ch7.precision, {**p, "prec_seeds": 3})

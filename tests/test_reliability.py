@@ -360,3 +360,21 @@ def test_blas_threads_follow_torch_threads(n):
     r = subprocess.run([sys.executable, "-c", code], env={**env, "GROKSPECTRA_THREADS": n}, capture_output=True,
                        text=True, check=True)
     assert r.stdout.split() == [n, f"[{n}]", "4"]
+
+
+def test_browser_check_survives_half_a_math_letter():
+    """A JavaScript slice can cut a surrogate pair (𝜎 is two UTF-16 units); the browser check must still print
+    and write JSON (it crashed on the first chapter table that began with such a letter)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("browser_check", Path(__file__).with_name("browser_check.py"))
+    bc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bc)
+    half = "table: 𝜎"[:-1] + "\ud835"  # what json.loads gives for a lone high surrogate
+    with pytest.raises(UnicodeEncodeError):
+        half.encode("utf-8")
+    fixed = bc._whole_chars({"wide": [half, "ok 𝜎"], "n": 3})
+    assert fixed["wide"][0].encode("utf-8") and fixed["wide"][1] == "ok 𝜎" and fixed["n"] == 3
+    json.dumps(fixed, ensure_ascii=False).encode("utf-8")
