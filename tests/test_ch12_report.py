@@ -82,23 +82,47 @@ def _bulk():
               "rho_emp": np.ones((nd, nt, nx)), "rho_dmft": np.ones((nd, nt, nx)),
               "eigs": np.concatenate([edge[..., None] - 0.005, np.ones((nd, nt, 9))], -1),
               "edge_dens_emp": edge * 1.02, "edge_dens_dmft": edge, "edge_emp": edge * 1.1, "edge_dmft": edge * 1.1,
-              "hard": np.zeros((nd, nt, 3)), "phi_dmft": np.ones((nd, nt)), "dmft_hard": np.zeros(3)}
+              "hard": np.zeros((nd, nt, 3)), "phi_dmft": np.ones((nd, nt)), "dmft_hard": np.zeros(3),
+              "out_dmft": np.full((nd, nt), np.nan), "ov_dmft": np.full((nd, nt), np.nan)}
     return Result(arrays, {"profile": "ci", "params": {"d": 500, "N": 12000}})
 
 
-def _caveat():
-    return Result({"loc": np.array([0.8, 0.6]), "loc_bounded": np.array([0.1, 0.1])}, {"profile": "ci", "params": {}})
+def _caveat(profile="ci", d=500):
+    return Result({"loc": np.array([0.8, 0.6]), "loc_bounded": np.array([0.1, 0.1])},
+                  {"profile": profile, "params": {"d": d}})
 
 
 def test_ch2_table_and_claims():
     B, C = _bulk(), _caveat()
     t = ch2.edge_table(B)
     assert t.splitlines()[1].startswith("|---") and len(t.splitlines()) == 6
+    lt = ch2.lowest_table(B)
+    assert lt.splitlines()[1].startswith("|---") and len(lt.splitlines()) == 6 and "nan" not in lt
     rows = ch2.claims(B, C)
     assert [r.agree for r in rows] == [True, True, True]
     assert all(r.scale == "CI: $d$ = 500" for r in rows)
     e = ch2.edge_summary(B)
     assert e["rel"].max() == pytest.approx(0.02)
+    assert "every panel" in ch2.outlier_sentence(B) and "nan" not in ch2.gap_sentence(B)
+    assert ch2.claims(B, _caveat("paper", 1500))[-1].scale == "paper: $d$ = 1500"  # the caveat's own scale
+
+
+def test_ch2_predicted_outliers_are_compared_with_gd():
+    """A panel where the outlier function is negative at the edge is taken out of the edge comparison and compared
+    with its predicted outlier instead: eigenvalue and hard overlap within d^(-1/2)-scaled tolerances (✓), and a
+    miss by more than that is ✗; the edge tolerance shrinks like d^(-2/3)."""
+    B = _bulk()
+    B.arrays["eigs"][1, 0, 0] = -0.2  # far below the edge -0.08 ...
+    B.arrays["out_dmft"][1, 0] = -0.201  # ... where an outlier is predicted
+    B.arrays["ov_dmft"][1, 0] = 0.40
+    B.arrays["hard"][1, 0, 0] = 0.42
+    B.arrays["phi_dmft"][1, 0] = -0.05
+    rows = ch2.claims(B, _caveat())
+    assert [r.agree for r in rows] == [True, True, True, True]
+    assert "1 of the 4 panels" in ch2.outlier_sentence(B) and "δ = 6, t = 8" in ch2.outlier_sentence(B)
+    B.arrays["hard"][1, 0, 0] = 0.40 + 2.5 / np.sqrt(500)  # the overlap misses by more than 2/√d
+    assert ch2.claims(B, _caveat())[2].agree is False
+    assert ch2.tol_gap(4000) == pytest.approx(0.02 / 4) and ch2.tol_outlier(2000)[1] == pytest.approx(2 / np.sqrt(2000))
 
 
 def test_compact_claims_table():
