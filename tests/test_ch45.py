@@ -383,3 +383,27 @@ def test_spectral_curve_is_matched_to_the_sweep_by_d():
     assert np.isfinite(A["k_spec"][0]).all() and np.isnan(A["k_spec"][1]).all()
     assert A["k_spec"][0].tolist() == [0, 0, 8, 8]  # the d = 400 row of the spectral curve, not its first (d = 200)
     assert np.isnan(A["loc_spec"][1])
+
+
+def test_settle_check_and_sentence_on_known_paths():
+    """ch3.settle_check on synthetic DMFT output: a λ whose Q_⊥ and train risk stop moving and whose edge is ≥ 0
+    settles; one whose Q_⊥ drifts and whose edge is below zero beyond 2 s.e. does not. The sentence names the
+    failing parts."""
+    from grokspectra.experiments import ch3
+    from grokspectra.store import Result
+
+    T = 160
+    t = np.arange(T + 1)
+    Q = np.stack([np.stack([1 + np.exp(-t / 5.0)] * 2), np.stack([1 + t / T] * 2)])  # [λ, rep, T+1]
+    train = np.stack([np.stack([0.5 + np.exp(-t / 5.0)] * 2)] * 2)
+    edge = np.zeros((2, 2, 3))
+    edge[0, :, -1] = [0.01, 0.02]
+    edge[1, :, -1] = [-0.41, -0.40]
+    S = Result({"lams": np.array([0.0, 1.0]), "times": np.array([80, 120, 160]), "Qperp": Q, "train": train,
+                "edge": edge}, {"profile": "paper", "params": {"settle_lag": 40}})
+    rows = ch3.settle_check(S, 40, 0.01)
+    assert rows[0]["settled"] and rows[0]["edge_ok"]
+    assert not rows[1]["settled"] and not rows[1]["edge_ok"]
+    s = ch3.settle_sentence(rows, 0.01, 40, T)
+    assert "λ = 0 the first phase settles" in s and "λ = 1 the first phase does not settle" in s
+    assert "$Q_\\perp$ still moves by 0.250" in s and "the edge is -0.405" in s

@@ -472,9 +472,32 @@ def settle_check(S, lag: int, tol: float) -> list[dict]:
     return out
 
 
-def claims(O, split, Dn, DL, L, A, settle_rows, profile: str) -> list:
-    """The chapter's claims table (``report.Claim`` rows, each with the scale it was judged at)."""
+def settle_sentence(rows: list, tol: float, lag: int, T: int) -> str:
+    """What the convergence check found, per ridge λ, in words: which part of eq. ch3-settled fails."""
+    parts = []
+    for r in rows:
+        why = []
+        if r["dQ"] >= tol:
+            why.append(f"$Q_\\perp$ still moves by {r['dQ']:.3f}")
+        if r["dtrain"] >= tol:
+            why.append(f"the train risk still moves by {r['dtrain']:.3f}")
+        if not r["edge_ok"]:
+            why.append(f"the edge is {r['edge']:+.3f} ± {r['edge_se']:.3f}")
+        elif r["edge"] < 0:
+            why.append(f"the edge, {r['edge']:+.3f} ± {r['edge_se']:.3f}, is not resolved from zero")
+        state = "settles" if r["settled"] and r["edge_ok"] else "does not settle"
+        parts.append(f"with λ = {r['lam']:g} the first phase {state}" + (f" ({', '.join(why)})" if why else ""))
+    return (f"Over the last {lag} of {T} steps (tolerance {tol:g}): " + "; ".join(parts) + ".")
+
+
+def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile: str | None = None) -> list:
+    """The chapter's claims table (``report.Claim`` rows, each with the scale it was judged at: the profile of the
+    result it rests on; ``profile`` is the notebook's, used where a result carries none, and ``settle_profile``
+    that of the convergence check)."""
     from .. import report
+
+    def prof(R):
+        return (R.meta.get("profile") if R is not None else None) or profile
 
     rows = []
     d = int(O.meta["params"]["out_d"])
@@ -487,7 +510,7 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str) -> list:
             rows.append(report.at_scale(report.Claim(
                 f"hard outlier of the GD Hessian = root of Φ_t on the run's own weights ({label})",
                 "eq. app-outlier", "equal", "no δ with two non-escaped seeds that have an outlier", None),
-                f"{profile}: d = {d}"))
+                f"{prof(O)}: d = {d}"))
             continue
         r = max(cand, key=lambda r: r["delta"])
         row = report.Claim(
@@ -496,7 +519,7 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str) -> list:
             f"{r['mean_diff']:+.4f} ± {r['se_diff']:.4f} over {r['predicted']} non-escaped seeds "
             f"({r['escaped']} of {r['seeds']} escaped: no outlier)", r["agree"],
             f"(|mean| ≤ 2 s.e. + 1 % = {r['tol']:.4f})")
-        rows.append(report.at_scale(row, f"{profile}: d = {d}, {r['seeds']} seeds",
+        rows.append(report.at_scale(row, f"{prof(O)}: d = {d}, {r['seeds']} seeds",
                                     comparable=d >= 2000 and r["predicted"] >= 10, needs="d ≥ 2000, ≥ 10 seeds"))
     # 2. antithetic sampling
     anti_max = float(max(O["quad_M"][:, 0].max(), O["gelu_M"][:, 0].max()))
@@ -504,7 +527,7 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str) -> list:
     rows.append(report.at_scale(report.Claim(
         "antithetic DMFT keeps the hard overlap at 0; plain sampling does not", "eq. app-dmft (odd in z)",
         "0 vs > 0", f"{anti_max:.1e} vs ≥ {plain_min:.3f}", bool(anti_max == 0 and plain_min > 1e-3)),
-        f"{profile}: N = {int(O.meta['params']['out_N'])} paths"))
+        f"{prof(O)}: N = {int(O.meta['params']['out_N'])} paths"))
     # 3. the first phase settles
     ok = [r for r in settle_rows if r["settled"] and r["edge_ok"]]
     best = max(settle_rows, key=lambda r: r["edge"])
@@ -513,7 +536,8 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str) -> list:
         "“after the first phase”", "order parameters converge, bulk edge ≥ 0",
         f"not within reach: largest edge {best['edge']:+.3f} ± {best['edge_se']:.3f} (ridge λ = {best['lam']:g})"
         if not ok else f"settles with ridge λ = {ok[0]['lam']:g}", None,
-        "not established by our DMFT; the book reads δ_NN(t) at a finite t"), f"{profile}: Quad toy, eq. ch3-settled"))
+        "not established by our DMFT; the book reads δ_NN(t) at a finite t" if not ok else
+        "settled by eq. ch3-settled"), f"{settle_profile or profile}: Quad toy, eq. ch3-settled"))
     # 4. δ_NN(t): value and drift
     t_list = list(Dn.meta["params"]["dnn_times"])
     acts = list(Dn.meta["params"]["dnn_acts"])
@@ -529,7 +553,7 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str) -> list:
             "read at the end of the first phase", txt, None,
             ("not established: drifts with t by more than 2 MC spreads, phase 1 has not ended" if drift
              else "not established: phase 1 has not ended")),
-            f"{profile}: {int(Dn.meta['params']['dnn_reps'])} path sets × ≤ {int(Dn.meta['params']['dnn_Nmax'])} paths"))
+            f"{prof(Dn)}: {int(Dn.meta['params']['dnn_reps'])} path sets × ≤ {int(Dn.meta['params']['dnn_Nmax'])} paths"))
     # 5. δ_lin
     i = len(DL["horizons"]) - 1
     undecided = DL["noise_limited"][i] == 1 and not np.isfinite(DL["root_mc_se"][i])
@@ -538,7 +562,7 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str) -> list:
         f"T = {int(DL['horizons'][i])}: " + ("undecided on [%.1f, %.1f]" % (DL["lo"][i], DL["hi"][i]) if undecided
                                              else f"{DL['root'][i]:.2f} [{DL['lo'][i]:.2f}, {DL['hi'][i]:.2f}]"),
         None, "Monte-Carlo-limited: not a test" if DL["noise_limited"][i] == 1 else "horizon differs from δ_NN's t"),
-        f"{profile}: ≤ {int(DL['n_final'][i])} paths × {int(DL.meta['params']['dlin_reps'])} sets"))
+        f"{prof(DL)}: ≤ {int(DL['n_final'][i])} paths × {int(DL.meta['params']['dlin_reps'])} sets"))
     # 6. δ_alg and δ_NN > δ_alg
     dalg = float(A["delta_alg"])
     rows.append(report.at_scale(report.Claim(
@@ -547,10 +571,10 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str) -> list:
     dmin = float(np.nanmin(Dn["delta_nn"])) if np.isfinite(Dn["delta_nn"]).any() else float("nan")
     rows.append(report.at_scale(report.Claim(
         "δ_NN > δ_alg", "[MW26], abstract", "δ_NN > 1/2", f"smallest δ_NN(t) in the table: {report.fmt(dmin)}",
-        bool(dmin - 0.5 > 0) if report.finite(dmin) else None, "holds at every t computed"), f"{profile}"))
+        bool(dmin - 0.5 > 0) if report.finite(dmin) else None, "holds at every t computed"), f"{prof(Dn)}"))
     rows.append(report.at_scale(report.Claim(
         "δ_NN values of the paper", "[MW26]", "not available to us", report.fmt(dmin), None,
-        "our finite-t values only (eq. ch3-dnn)"), f"{profile}"))
+        "our finite-t values only (eq. ch3-dnn)"), f"{prof(Dn)}"))
     return rows
 
 
