@@ -785,20 +785,30 @@ def _num(x: float) -> str:
     return f"{x:.0f}" if 1000 <= abs(x) < 1e6 else f"{x:.3g}"
 
 
+def _xu_late(eta: float) -> float | None:
+    """Xu's late σ₂/σ₃ of the η sweep at ``eta`` (None when he gives none)."""
+    from ..published import CH7
+
+    return next((v for k, v in CH7["eta_late"].value.items() if np.isclose(k, eta)), None)
+
+
+def _sweep_run(Es, eta: float, seed: int) -> int:
+    """Index of the η sweep's run at (``eta``, ``seed``)."""
+    return int(np.where(np.isclose(Es["etas"], eta) & (np.asarray(Es["seeds"]) == seed))[0][0])
+
+
 def precision_summary(Es, Pr) -> dict:
     """The float64 reruns beside the η sweep's float32 runs of the same η and seeds: per seed the late σ₂/σ₃
     (second half of the run), σ₃/σ₁ and σ₅/σ₁ (the rounding floor shows as σ₃ ≈ σ₅), and the largest difference of
     test accuracy between the two precisions (the same trajectory when it is small); and both late medians over
     seeds with their standard errors in log space."""
-    from ..published import CH7
-
     pp = Pr.meta["params"]
     W = Es.meta["params"]["window"]
     eta = pp["prec_eta"]
     e64 = np.asarray(Pr["eigW"], float)
     E = e64.shape[1] - 1
     seeds = np.asarray(Pr["seeds"])
-    idx = [int(np.where(np.isclose(Es["etas"], eta) & (np.asarray(Es["seeds"]) == s))[0][0]) for s in seeds]
+    idx = [_sweep_run(Es, eta, s) for s in seeds]
     e32 = np.asarray(Es[f"eigW{W}"], float)[idx, :E + 1]
 
     def late(x):
@@ -813,8 +823,7 @@ def precision_summary(Es, Pr) -> dict:
         out[f"lm_{tag}"], out[f"se_{tag}"] = log_median(out[f"r23_{tag}"])
     out["dacc"] = np.nanmax(np.abs(np.asarray(Pr["test_acc"], float) - np.asarray(Es["test_acc"], float)[idx, :E + 1]),
                             axis=-1)
-    xu = next((v for k, v in CH7["eta_late"].value.items() if np.isclose(k, eta)), None)
-    out["xu"] = xu
+    out["xu"] = _xu_late(eta)
     rows = ["| seed | late $\\sigma_2/\\sigma_3$, float32 | float64 | late $\\sigma_3/\\sigma_1$, float32 | float64 | "
             "late $\\sigma_5/\\sigma_1$, float32 | float64 | largest test-accuracy difference |",
             "|---|---|---|---|---|---|---|---|"]
@@ -867,7 +876,7 @@ def fig_precision(Es, Pr):
     W = Es.meta["params"]["window"]
     eta = Pr.meta["params"]["prec_eta"]
     s0 = int(np.asarray(Pr["seeds"])[0])
-    i32 = int(np.where(np.isclose(Es["etas"], eta) & (np.asarray(Es["seeds"]) == s0))[0][0])
+    i32 = _sweep_run(Es, eta, s0)
     e64 = np.asarray(Pr["eigW"], float)[0]
     e32 = np.asarray(Es[f"eigW{W}"], float)[i32, :e64.shape[0]]
     t = np.arange(e64.shape[0])
@@ -887,18 +896,15 @@ def fig_precision(Es, Pr):
 def lock_end_summary(H, Es) -> dict:
     """The headline's grokking arm, and the η sweep per η: lock-ins (a rise of σ₂/σ₃ by ×10), their peak and end
     epochs, and σ₂/σ₃ at the last epoch beside the late medians (ours and Xu's)."""
-    from ..published import CH7
-
     S = H.meta["params"]["seeds"]
     g = {k: v[:S] if isinstance(v, np.ndarray) and v.ndim else v for k, v in lock_end(H).items()}
     es = lock_end(Es)
     late = events(Es, Es.meta["params"]["window"])["late"]
-    xu = CH7["eta_late"].value
     rows = ["| $\\eta$ | lock-ins | peak epoch | ended within the run | end epoch | "
             "$\\sigma_2/\\sigma_3$ at the last epoch | late $\\sigma_2/\\sigma_3$: ours (Xu) |", "|---|---|---|---|---|---|---|"]
     for e_ in Es.meta["params"]["sweep_etas"]:
         sel = np.isclose(es["etas"], e_)
-        xv = next((v for k, v in xu.items() if np.isclose(k, e_)), None)
+        xv = _xu_late(e_)
         rows.append(f"| ${sci_tex(e_)}$ | {count(es['peak'][sel])} | {epoch_words(es['peak'][sel], '–')} | "
                     f"{count(es['end'][sel])} | {epoch_words(es['end'][sel], '–')} | "
                     f"{_num(np.median(es['r_last'][sel]))} | {_num(np.nanmedian(late[sel]))} "
@@ -915,7 +921,7 @@ def lock_end_summary(H, Es) -> dict:
     for e_ in Es.meta["params"]["sweep_etas"]:
         sel = np.isclose(es["etas"], e_) & np.isfinite(es["peak"])
         if sel.any() and np.isnan(es["end"][sel]).all():
-            xv = next((v for k, v in xu.items() if np.isclose(k, e_)), None)
+            xv = _xu_late(e_)
             still.append((float(e_), epoch_words(es["peak"][sel], "–"),
                           float(np.nanmedian(late[np.isclose(es["etas"], e_)])), xv))
     return {"S": S, "E": g["E"], "E_sweep": es["E"], "locked": count(g["peak"]), "still": still, "ended": count(g["end"]),
