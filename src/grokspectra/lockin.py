@@ -17,7 +17,6 @@ Everything here works on what the engine logs, never on the weights themselves.
 from __future__ import annotations
 
 import math
-
 import warnings
 
 import numpy as np
