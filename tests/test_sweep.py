@@ -389,3 +389,34 @@ def test_best_falls_back_to_the_largest_computed_part(tmp_path):
     assert part is not live and list(part["d_list"]) == [20, 30] and part["cos_final"].shape == (1, 2, 2, 2)
     assert "d_list up to 30" in part.meta["note"] and "2 of 3 units" in part.meta["note"]
     assert e.best(live, store=store, profile=str(prof)) is live and "2 of 3 units" in live.meta["note"]
+
+
+def test_best_partial_shows_the_stored_cells_of_a_grid(tmp_path):
+    """ch3's δ_NN grid (one unit per cell) with one of its two cells computed: best(partial=True) assembles the
+    stored cell (finite δ_NN, DMFT runs > 0) and leaves the other nan with zero runs, says "1 of 2 units" and
+    records units_stored; without partial the live result stays."""
+    e = ex.find("ch3.dnn")
+    base = load_profile("ci", e.section)
+    sec = {**{k: v for k, v in base.items() if k != "profile"}, "device": "cpu", "dnn_acts": ["quad"],
+           "dnn_ms": [1], "dnn_links": ["pr_clip"], "dnn_scales": [1.0, 0.25], "dnn_times": [2], "dnn_N": 1000,
+           "dnn_Nmax": 1000, "dnn_reps": 2, "dnn_rtol": 0.5, "dnn_lo": 2.0, "dnn_hi": 32.0}
+    P = e.schema.validate({**sec, "profile": "ci"})
+    store = st.Store(tmp_path)
+    e.run(P, store=store, show=False)
+    name = e.profile_for(P)
+    last = st.make_key(e.name, e.units(e.params(P))[-1], e.code())
+    for f in (tmp_path / name / e.name).glob(f"{last}.*"):
+        f.unlink()
+    prof = tmp_path / f"{name}.yaml"
+    prof.write_text(yaml.safe_dump({e.section: sec}))
+    live = st.Result({}, {"profile": "other"})
+    part = e.best(live, store=store, profile=str(prof), partial=True)
+    assert part is not live and part.meta["units_stored"] == [1, 2] and "1 of 2 units" in part.meta["note"]
+    assert part["dmft_runs"].shape == (1, 1, 1, 2) and part["dmft_runs"][0, 0, 0, 0] > 0
+    assert part["dmft_runs"][0, 0, 0, 1] == 0 and np.isnan(part["delta_nn"][0, 0, 0, 1]).all()
+    assert np.isfinite(part["lo"][0, 0, 0, 0]).all()
+    from grokspectra.experiments import ch3
+    text = ch3.dnn_coverage_sentence(part)
+    assert "Of the 2 cells" in text and "1 is computed" in text and "s = 1 (" in text and "s = 0.25" not in text
+    assert e.best(live, store=store, profile=str(prof)) is live and "1 of 2 units" in live.meta["note"]
+    assert ch3.dnn_coverage_sentence(e.run(P, store=store, show=False)) == ""  # the whole grid: nothing to say

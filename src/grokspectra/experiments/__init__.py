@@ -156,14 +156,19 @@ class Experiment:
         return sweep.assemble(self, sub, units, got, profile), n, len(units)
 
     def best(self, live: Result, *, store: Store | None = None, profile: str = "paper",
-             prefix: str | None = None, min_prefix: int = 2) -> Result:
+             prefix: str | None = None, min_prefix: int = 2, partial: bool = False) -> Result:
         """The ``profile``-scale result when the store holds every unit of it for the current code, else
         ``live``, which then carries a note when a stale or partial ``profile`` result exists.
 
         With ``prefix`` (a list parameter whose units do not depend on later entries, e.g. chapter 4's ``d_list``):
         when the whole ``profile`` result is not there yet, the result of the longest leading part of that list
         whose every unit is stored (at least ``min_prefix`` entries: two d for a finite-size fit), with a note
-        naming the part and the gap."""
+        naming the part and the gap.
+
+        With ``partial`` (for an experiment whose reduction leaves a missing unit's cells as nan, e.g. chapter 3's
+        δ_NN grid, one unit per cell): failing both, the ``profile`` result assembled from the units stored so far,
+        with ``meta["units_stored"]`` = [stored, total] and a note naming the gap; the caller tells the computed
+        cells from the missing ones."""
         if live.meta.get("profile") == profile:
             return live
         store = store or Store()
@@ -183,6 +188,18 @@ class Experiment:
                     part.meta["note"] = (f"{prefix} up to {full[L - 1]} of the {profile} profile's {full}: "
                                          f"{n} of {total} units of the whole are computed so far")
                     return part
+        if n and partial:
+            sub = self.params(P)
+            units = self.units(sub)
+            got = [(u, store.load(self.name, u, self.code(), name)) for u in units]
+            got = [(u, r) for u, r in got if r is not None]
+            from .. import sweep
+
+            part = sweep.assemble(self, sub, [u for u, _ in got], [r for _, r in got], name)
+            part.meta["units_stored"] = [len(got), total]
+            part.meta["note"] = (f"{len(got)} of {total} units of the {profile} profile are computed so far; "
+                                 "the others are not shown")
+            return part
         if n:
             live.meta["note"] = f"{n} of {total} units of the {profile}-scale result are computed so far"
         elif store.metas(self.name, profile):

@@ -472,6 +472,26 @@ def settle_check(S, lag: int, tol: float) -> list[dict]:
     return out
 
 
+def dnn_coverage_sentence(Dn) -> str:
+    """A sentence for a δ_NN grid shown only in part (``Experiment.best(partial=True)``): which cells of the
+    profile's grid are computed, their CPU time, and the command that computes the rest; "" for a whole grid."""
+    got = Dn.meta.get("units_stored")
+    if not got or got[0] >= got[1]:
+        return ""
+    q = Dn.meta["params"]
+    done = []
+    for ia, a in enumerate(q["dnn_acts"]):
+        for im, m in enumerate(q["dnn_ms"]):
+            for il, lk in enumerate(q["dnn_links"]):
+                for isc, s in enumerate(q["dnn_scales"]):
+                    if Dn["dmft_runs"][ia, im, il, isc] > 0:
+                        done.append((f"{a}, m = {m}, {lk}, s = {s:g}", float(Dn["wall_s"][ia, im, il, isc])))
+    cells = "; ".join(f"{c} ({w / 60:.0f} min of compute)" for c, w in done)
+    return (f"Of the {got[1]} cells of the {Dn.meta.get('profile', '?')} profile's grid, {got[0]} "
+            f"{'is' if got[0] == 1 else 'are'} computed so far and shown: {cells}. The others compute, resuming "
+            "where they stopped, with `python -m grokspectra run ch3.dnn --profile paper`.")
+
+
 def settle_sentence(rows: list, tol: float, lag: int, T: int) -> str:
     """What the convergence check found, per ridge λ, in words: which part of eq. ch3-settled fails."""
     parts = []
