@@ -420,3 +420,27 @@ def test_best_partial_shows_the_stored_cells_of_a_grid(tmp_path):
     assert "Of the 2 cells" in text and "1 is computed" in text and "s = 1 (" in text and "s = 0.25" not in text
     assert e.best(live, store=store, profile=str(prof)) is live and "1 of 2 units" in live.meta["note"]
     assert ch3.dnn_coverage_sentence(e.run(P, store=store, show=False)) == ""  # the whole grid: nothing to say
+
+
+def test_ch3_outliers_blocks_assemble_in_seed_order(tmp_path):
+    """ch3.outliers in units (per student and δ: DMFT laws, and GD seeds in blocks of OUT_BLOCK): 5 seeds make two
+    blocks (4 + 1) joined to [δ, 5, ...] in seed order, each block's seeds are distinct problems, the last |M_t|
+    column is the median over all seeds, and a block recomputed alone gives the same numbers (deterministic)."""
+    from grokspectra.experiments import ch3
+    e = ex.find("ch3.outliers")
+    base = load_profile("ci", e.section)
+    P = e.schema.validate({**base, "device": "cpu", "out_d": 50, "out_N": 2000, "out_seeds": 5, "quad_t": 3,
+                           "gelu_t": 2, "quad_deltas": [4.0], "gelu_deltas": [6.0, 8.0]})
+    units = e.units(e.params(P))
+    assert [u["kind"] for u in units] == ["dmft", "gd", "gd"] * 3 and units[2]["seeds"] == [4, 5]
+    assert len({(u["data_seed"], u["init_seed"]) for u in units if u["kind"] == "gd"}) == 6
+    O = e.run(P, store=st.Store(tmp_path), show=False)
+    assert O["quad_gd"].shape == (1, 5, 4) and O["gelu_emp"].shape == (2, 5, 4) and O["gelu_cos"].shape == (2, 5)
+    assert O["gelu_anti"].shape == (2, 4) and O["quad_M"].shape == (1, 4)
+    assert np.isfinite(O["quad_gd"]).all() and np.isfinite(O["gelu_gd"]).all()
+    assert len(np.unique(O["gelu_gd"][0, :, 0])) == 5  # five different problems
+    alone = e.fn(units[5], "cpu")  # the gelu δ = 6 block of seeds 4..5
+    assert np.array_equal(alone["gd"], O["gelu_gd"][0, 4:5])
+    assert units[4]["kind"] == "gd" and units[4]["seeds"] == [0, 4]
+    m_gd = np.concatenate([e.fn(units[4], "cpu")["M_gd"], alone["M_gd"]])
+    assert np.isclose(O["gelu_M"][0, 3], np.median(m_gd))

@@ -105,74 +105,106 @@ def _outlier_row(G, zeta, delta):
     return [o["root"] if o["exists"] else np.nan, o["overlap"] if o["exists"] else np.nan, o["edge"], o["phi_edge"]]
 
 
-def _outliers_cost(p: dict) -> float:
-    """Per student: GD (seeds·n·d·t), per (δ, seed) a dense eigendecomposition ((md)³, n·(md)²) and its outlier
-    equation, per δ three DMFT runs (N·m²·t²) and their outlier equations."""
-    d, N, R = p["out_d"], p["out_N"], p["out_seeds"]
-    total = 0.0
-    for name, st in STUDENTS.items():
-        m, t = st["m"], p[f"{name}_t"]
-        for dl in p[f"{name}_deltas"]:
-            n = round(dl * d)
-            total += costs.gd_s(n, d, m, t, R) + R * (costs.eigh_s(n, d, m) + costs.law_s(n, m))
-            total += 3 * (costs.dmft_s(N, t, m) + costs.law_s(N, m))
-    return total
+OUT_BLOCK = 4  # GD seeds per unit of the outlier comparison (at d = 2000 and δ = 48, 4 float64 problems: 6 GB)
 
 
-def _outliers_shrink(p: dict) -> dict:
-    """One seed and the first δ of each student at d = 100, with small DMFT laws."""
-    return {**p, "out_d": 100, "out_N": 2000, "out_seeds": 1, "quad_deltas": p["quad_deltas"][:1],
-            "gelu_deltas": p["gelu_deltas"][:1]}
+def _outliers_units(p: dict) -> list[dict]:
+    """Per student and δ: one unit of DMFT laws, and the ``out_seeds`` GD runs in blocks of ``OUT_BLOCK`` seeds
+    (each block its own data and initialisation seeds), the cheapest student first."""
+    units = []
+    for si, name in enumerate(STUDENTS):
+        for gi, dl in enumerate(p[f"{name}_deltas"]):
+            base = {"student": name, "delta": float(dl), "t": p[f"{name}_t"], "out_d": p["out_d"], "seed": p["seed"]}
+            units.append({**base, "kind": "dmft", "out_N": p["out_N"], "dmft_seed": p["seed"] + 10 + gi})
+            for b, s0 in enumerate(range(0, p["out_seeds"], OUT_BLOCK)):
+                k = 1000 * si + 50 * gi + b
+                units.append({**base, "kind": "gd", "seeds": [s0, min(s0 + OUT_BLOCK, p["out_seeds"])],
+                              "data_seed": p["seed"] + 1 + 2 * k, "init_seed": p["seed"] + 2 + 2 * k})
+    return units
+
+
+def _outliers_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
+    """Per student: the blocks of each δ joined along the seed axis (in seed order), the DMFT rows, and the median
+    |M_t| of GD over all seeds (the last column of ``{name}_M``)."""
+    out = {}
+    for name in STUDENTS:
+        deltas = p[f"{name}_deltas"]
+        rows = {k: [] for k in ("gd", "emp", "cos", "anti", "seeded", "plain", "M")}
+        for dl in deltas:
+            mine = [(u, r) for u, r in zip(units, results) if u["student"] == name and u["delta"] == float(dl)]
+            gd = sorted([(u["seeds"][0], r) for u, r in mine if u["kind"] == "gd"], key=lambda x: x[0])
+            dm = [r for u, r in mine if u["kind"] == "dmft"][0]
+            for k in ("gd", "emp", "cos"):
+                rows[k].append(np.concatenate([np.asarray(r[k]) for _, r in gd], 0))
+            for k in ("anti", "seeded", "plain"):
+                rows[k].append(np.asarray(dm[k]))
+            m_gd = np.concatenate([np.asarray(r["M_gd"]) for _, r in gd])
+            rows["M"].append(np.append(np.asarray(dm["M"]), np.median(m_gd)))
+        out[f"{name}_deltas"] = np.array(deltas)
+        out[f"{name}_t"] = np.array(p[f"{name}_t"])
+        out.update({f"{name}_{k}": np.array(v) for k, v in rows.items()})
+    return out
+
+
+def _outliers_cost(u: dict) -> float:
+    """A GD block: GD (seeds·n·d·t) and per seed a dense eigendecomposition ((md)³, n·(md)²) and its outlier
+    equation; a DMFT unit: three DMFT runs (N·m²·t²) and their outlier equations."""
+    d, m, t = u["out_d"], STUDENTS[u["student"]]["m"], u["t"]
+    n = round(u["delta"] * d)
+    if u["kind"] == "dmft":
+        return 3 * (costs.dmft_s(u["out_N"], t, m) + costs.law_s(u["out_N"], m))
+    R = u["seeds"][1] - u["seeds"][0]
+    return costs.gd_s(n, d, m, t, R) + R * (costs.eigh_s(n, d, m) + costs.law_s(n, m))
+
+
+def _outliers_shrink(u: dict) -> dict:
+    """The unit at d = 100 with one seed, or with a small DMFT law."""
+    return {**u, "out_d": 100, **({"out_N": 2000} if u["kind"] == "dmft" else {"seeds": [0, 1]})}
 
 
 @experiment(SECTION, keys=["quad_t", "gelu_t", "out_d", "out_N", "out_seeds", "quad_deltas", "gelu_deltas", "seed"],
-            cost=_outliers_cost, shrink=_outliers_shrink)
-def outliers(p, device):
+            units=_outliers_units, reduce=_outliers_reduce, cost=_outliers_cost, shrink=_outliers_shrink)
+def outliers(u, device):
     """Lowest eigenpair of the GD Hessian vs the outlier equation (eq. app-outlier, app-overlap), for ``out_seeds``
     independent GD runs per δ, each against the outlier equation on **its own** empirical law of the weights D_i;
     and, once per δ, on the antithetic DMFT law (hard overlap exactly 0, the d → ∞ law), the DMFT law seeded with the
     finite-d hard overlap d^{-1/2}, and the plain-sampling DMFT law.
 
-    Per student: ``{name}_gd`` [δ, seed, 4] (λ_1, its squared overlap with θ_*, λ_2, its overlap), ``{name}_emp``
-    [δ, seed, 4] (predicted root, overlap, edge, Φ at the edge), ``{name}_cos`` [δ, seed] (|cos(θ^t, θ_*)|, the
-    escape indicator), ``{name}_anti``/``_seeded``/``_plain`` [δ, 4], ``{name}_M`` [δ, 4] (|M_t|: antithetic,
-    seeded, plain DMFT, median GD)."""
-    d, N, R = p["out_d"], _even(p["out_N"]), p["out_seeds"]
-    out = {}
-    for name, st in STUDENTS.items():
-        deltas, t = p[f"{name}_deltas"], p[f"{name}_t"]
-        act, m, eta, lk = st["act"], st["m"], st["eta"], mi.link(st["link"])
-        prob = mi.sample_problem(d, [int(round(dl * d)) for dl in deltas], 1, lk, trials=R, device=device,
-                                 dtype=torch.float64, generator=p["seed"] + 1)
-        g = mi.run_gd(prob, m, eta, t, act=act, keep=[t], generator=p["seed"] + 2)
-        rows = {k: [] for k in ("gd", "emp", "cos", "anti", "seeded", "plain", "M")}
-        for gi, dl in enumerate(deltas):
-            gd_r, emp_r, cos_r = [], [], []
-            for rep in range(R):
-                X, y, Ts = prob.X[gi][rep], prob.y[gi][rep], prob.Theta_star[gi][rep]
-                Th = g["theta"][t][gi][rep]
-                w, V = torch.linalg.eigh(hs.hessian_dense(Th, X, y, act))
-                ov = hs.overlap_with(V[:, :2].T, Ts).cpu().numpy()
-                gd_r.append([float(w[0]), float(ov[0]), float(w[1]), float(ov[1])])
-                De = hs.hessian_weights(Th, X, y, act).double().cpu()
-                emp_r.append(_outlier_row(De, (X @ Ts).double().cpu(), dl))
-                cos_r.append(float(tr.hard_cos(g["M"][gi, rep, t][None], g["Q"][gi, rep, t][None])[0]))
-            rows["gd"].append(gd_r)
-            rows["emp"].append(emp_r)
-            rows["cos"].append(cos_r)
-            mt = []
-            for tag, kw in (("anti", dict(antithetic=True)),
-                            ("seeded", dict(antithetic=True, M0=[[d ** -0.5] * m])),
-                            ("plain", dict(antithetic=False))):
-                r = dmft.run_dmft(act, lk, dl, eta, t, N, m, keep=[t], device=device, generator=p["seed"] + 10 + gi, **kw)
-                rows[tag].append(_outlier_row(*_law(r, t, act, lk), dl))
-                mt.append(float(r["M"][t].abs().max()))
-            mt.append(float(g["M"][gi, :, t, 0, :].abs().amax(-1).median()))
-            rows["M"].append(mt)                                   # |M_t|: anti, seeded, plain, GD (median)
-        out[f"{name}_deltas"] = np.array(deltas)
-        out[f"{name}_t"] = np.array(t)
-        out.update({f"{name}_{k}": np.array(v) for k, v in rows.items()})
-    return out
+    One unit is one (student, δ) and either a block of GD seeds (``gd`` [seed, 4]: λ_1, its squared overlap with
+    θ_*, λ_2, its overlap; ``emp`` [seed, 4]: predicted root, overlap, edge, Φ at the edge; ``cos`` [seed]:
+    |cos(θ^t, θ_*)|, the escape indicator; ``M_gd`` [seed]: |M_t|) or the DMFT laws (``anti``/``seeded``/``plain``
+    [4] and ``M`` [3]: |M_t| of each). The assembled experiment holds, per student, ``{name}_gd``/``_emp`` [δ, seed,
+    4], ``{name}_cos`` [δ, seed], ``{name}_anti``/``_seeded``/``_plain`` [δ, 4] and ``{name}_M`` [δ, 4] (|M_t|:
+    antithetic, seeded, plain DMFT, median GD)."""
+    st = STUDENTS[u["student"]]
+    act, m, eta, lk = st["act"], st["m"], st["eta"], mi.link(st["link"])
+    d, dl, t = u["out_d"], u["delta"], u["t"]
+    if u["kind"] == "dmft":
+        N, out, mt = _even(u["out_N"]), {}, []
+        for tag, kw in (("anti", dict(antithetic=True)),
+                        ("seeded", dict(antithetic=True, M0=[[d ** -0.5] * m])),
+                        ("plain", dict(antithetic=False))):
+            r = dmft.run_dmft(act, lk, dl, eta, t, N, m, keep=[t], device=device, generator=u["dmft_seed"], **kw)
+            out[tag] = np.array(_outlier_row(*_law(r, t, act, lk), dl))
+            mt.append(float(r["M"][t].abs().max()))
+        out["M"] = np.array(mt)
+        return out
+    R = u["seeds"][1] - u["seeds"][0]
+    prob = mi.sample_problem(d, [int(round(dl * d))], 1, lk, trials=R, device=device, dtype=torch.float64,
+                             generator=u["data_seed"])
+    g = mi.run_gd(prob, m, eta, t, act=act, keep=[t], generator=u["init_seed"])
+    gd_r, emp_r, cos_r = [], [], []
+    for rep in range(R):
+        X, y, Ts = prob.X[0][rep], prob.y[0][rep], prob.Theta_star[0][rep]
+        Th = g["theta"][t][0][rep]
+        w, V = torch.linalg.eigh(hs.hessian_dense(Th, X, y, act))
+        ov = hs.overlap_with(V[:, :2].T, Ts).cpu().numpy()
+        gd_r.append([float(w[0]), float(ov[0]), float(w[1]), float(ov[1])])
+        De = hs.hessian_weights(Th, X, y, act).double().cpu()
+        emp_r.append(_outlier_row(De, (X @ Ts).double().cpu(), dl))
+        cos_r.append(float(tr.hard_cos(g["M"][0, rep, t][None], g["Q"][0, rep, t][None])[0]))
+    return {"gd": np.array(gd_r), "emp": np.array(emp_r), "cos": np.array(cos_r),
+            "M_gd": g["M"][0, :, t, 0, :].abs().amax(-1).cpu().numpy()}
 
 
 def _dnn_cell(act, m, link, scale, times, p, eta, device, seed):
