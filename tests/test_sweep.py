@@ -444,3 +444,44 @@ def test_ch3_outliers_blocks_assemble_in_seed_order(tmp_path):
     assert units[4]["kind"] == "gd" and units[4]["seeds"] == [0, 4]
     m_gd = np.concatenate([e.fn(units[4], "cpu")["M_gd"], alone["M_gd"]])
     assert np.isclose(O["gelu_M"][0, 3], np.median(m_gd))
+
+
+def test_a_unit_interrupted_mid_way_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    """A ch3.dnn unit (one bisection per t) killed after 3 DMFT runs keeps those points in its checkpoint; restarted,
+    it runs only the missing points and gives exactly the uninterrupted result; run_units removes the checkpoint
+    once the unit is stored, and the stored wall time covers both attempts."""
+    from grokspectra import dmft
+    e = ex.find("ch3.dnn")
+    base = load_profile("ci", e.section)
+    P = e.schema.validate({**base, "device": "cpu", "dnn_acts": ["quad"], "dnn_ms": [1], "dnn_links": ["pr_clip"],
+                           "dnn_scales": [1.0], "dnn_times": [2, 3], "dnn_N": 1000, "dnn_Nmax": 2000,
+                           "dnn_reps": 2, "dnn_rtol": 0.3, "dnn_lo": 2.0, "dnn_hi": 32.0})
+    unit = e.units(e.params(P))[0]
+    whole = e.fn(dict(unit), "cpu")  # uninterrupted, no checkpoint
+    real, calls = dmft.run_dmft, []
+
+    def counting(*a, limit=None, **k):
+        calls.append(1)
+        if limit is not None and len(calls) > limit:
+            raise KeyboardInterrupt("killed")
+        return real(*a, **k)
+
+    ck = tmp_path / "unit.json"
+    monkeypatch.setattr(dmft, "run_dmft", lambda *a, **k: counting(*a, limit=3, **k))
+    with pytest.raises(KeyboardInterrupt):
+        sweep._compute(e.name, e.code(), unit, "cpu", None, str(ck))
+    assert len(json.loads(ck.read_text())["entries"]) == 3 and sweep._CKPT is None
+    calls.clear()
+    monkeypatch.setattr(dmft, "run_dmft", lambda *a, **k: counting(*a, **k))
+    again, wall, _ = sweep._compute(e.name, e.code(), unit, "cpu", None, str(ck))
+    assert len(calls) == int(whole["dmft_runs"]) - 3 and int(again["dmft_runs"]) == int(whole["dmft_runs"])
+    assert np.array_equal(again["cell"], whole["cell"], equal_nan=True)
+    assert wall >= json.loads(ck.read_text())["spent_s"] > 0
+    # through run_units: the leftover checkpoint of this unit is used, then removed
+    store = st.Store(tmp_path / "store")
+    path = sweep.checkpoint_path(store, "ci", e, unit)
+    path.parent.mkdir(parents=True)
+    path.write_text(ck.read_text())
+    calls.clear()
+    (r,) = sweep.run_units(e, [unit], profile="ci", store=store, device="cpu", show=False)
+    assert len(calls) == 0 and np.array_equal(r["cell"], whole["cell"], equal_nan=True) and not path.exists()

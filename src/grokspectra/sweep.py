@@ -13,13 +13,22 @@ Executors (results identical whichever runs them):
   (``--workers N``) or an existing cluster (``--scheduler ADDRESS``). Workers compute units and send the arrays
   back; this process writes the store, so workers need no shared file system.
 
+A unit too long for one sitting can also resume *inside* itself: values it wraps in :func:`memo` (for example the
+criterion at each point of a bisection) are kept in a checkpoint file next to the store while the unit runs
+(``<store>/.checkpoints/<profile>/<experiment>/<key>.json``, removed once the unit is stored), and a restarted unit
+takes them from there instead of recomputing them; deterministic seeding makes the result the same.
+
 Chapters know nothing of executors: they only declare units and a reduction (:mod:`grokspectra.experiments`).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -32,9 +41,62 @@ class SweepError(RuntimeError):
     """An executor could not be set up or lost its work (message names the address or the unit)."""
 
 
-def _compute(name: str, code: str, unit: dict, device: str, threads: int | None):
+class Checkpoint:
+    """The values one unit has computed so far (JSON: key → value), and the compute time spent in earlier,
+    interrupted attempts; every :meth:`put` rewrites the file atomically."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.t0 = time.perf_counter()
+        try:
+            data = json.loads(self.path.read_text())
+            self.entries, self.spent = dict(data["entries"]), float(data["spent_s"])
+        except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: start afresh
+            self.entries, self.spent = {}, 0.0
+
+    def elapsed(self) -> float:
+        """Seconds of compute of this unit in all attempts so far."""
+        return self.spent + time.perf_counter() - self.t0
+
+    def put(self, key: str, value) -> None:
+        self.entries[key] = value
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"entries": self.entries, "spent_s": self.elapsed()}, f)
+        os.replace(tmp, self.path)
+
+
+_CKPT: Checkpoint | None = None  # the checkpoint of the unit being computed in this process, if any
+
+
+def memo(key: str, fn):
+    """``fn()``, or its value kept in the running unit's checkpoint (JSON-able values; the same ``key`` must always
+    mean the same computation within a unit). Outside a checkpointed unit it simply returns ``fn()``."""
+    if _CKPT is None:
+        return fn()
+    if key not in _CKPT.entries:
+        _CKPT.put(key, fn())
+    return _CKPT.entries[key]
+
+
+def unit_elapsed(t0: float) -> float:
+    """Seconds the running unit has computed: since ``t0`` (a ``time.perf_counter()``), or, in a checkpointed
+    unit, in all its attempts."""
+    return _CKPT.elapsed() if _CKPT is not None else time.perf_counter() - t0
+
+
+def checkpoint_path(store: Store, profile: str, exp, unit: dict) -> Path:
+    from .store import make_key
+
+    return store.root / ".checkpoints" / profile / exp.name / f"{make_key(exp.name, unit, exp.code())}.json"
+
+
+def _compute(name: str, code: str, unit: dict, device: str, threads: int | None, ckpt: str | None = None):
     """Compute one unit of experiment ``name`` (runs in a worker process). Checks that the worker's code has the
-    same version as the client's, so a cluster with another checkout never mixes results."""
+    same version as the client's, so a cluster with another checkout never mixes results. With ``ckpt`` (a path),
+    values the unit wraps in :func:`memo` are kept there, and the wall time returned includes earlier attempts."""
+    global _CKPT
     import torch
 
     from . import experiments
@@ -48,8 +110,13 @@ def _compute(name: str, code: str, unit: dict, device: str, threads: int | None)
                          "install the same checkout on every worker")
     dev = get_device(device)
     t0 = time.perf_counter()
-    arrays = {k: to_numpy(v) for k, v in exp.fn(dict(unit), dev).items()}
-    return arrays, time.perf_counter() - t0, device_name(dev)
+    _CKPT = Checkpoint(ckpt) if ckpt else None
+    try:
+        arrays = {k: to_numpy(v) for k, v in exp.fn(dict(unit), dev).items()}
+        wall = _CKPT.elapsed() if _CKPT is not None else time.perf_counter() - t0
+    finally:
+        _CKPT = None
+    return arrays, wall, device_name(dev)
 
 
 class InProcess:
@@ -57,9 +124,10 @@ class InProcess:
 
     name = "in-process"
 
-    def map(self, exp, units: Sequence[dict], device: str) -> Iterator[tuple[int, dict, float, str]]:
+    def map(self, exp, units: Sequence[dict], device: str, ckpts: Sequence[str | None] | None = None
+            ) -> Iterator[tuple[int, dict, float, str]]:
         for i, u in enumerate(units):
-            arrays, wall, dev = _compute(exp.name, exp.code(), u, device, None)
+            arrays, wall, dev = _compute(exp.name, exp.code(), u, device, None, ckpts[i] if ckpts else None)
             yield i, arrays, wall, dev
 
     def close(self) -> None:
@@ -73,10 +141,12 @@ class DaskExecutor:
         self.client, self.threads, self.owns = client, threads_per_worker, owns_cluster
         self.name = f"dask {client.scheduler.address}"
 
-    def map(self, exp, units: Sequence[dict], device: str) -> Iterator[tuple[int, dict, float, str]]:
+    def map(self, exp, units: Sequence[dict], device: str, ckpts: Sequence[str | None] | None = None
+            ) -> Iterator[tuple[int, dict, float, str]]:
         from distributed import as_completed
 
-        futs = {self.client.submit(_compute, exp.name, exp.code(), u, device, self.threads, pure=False,
+        futs = {self.client.submit(_compute, exp.name, exp.code(), u, device, self.threads,
+                                   ckpts[i] if ckpts else None, pure=False,
                                    key=f"{exp.name}-{i}-{time.time_ns()}"): i for i, u in enumerate(units)}
         for fut in as_completed(futs):
             arrays, wall, dev = fut.result()  # a lost worker's unit is rescheduled by dask; errors re-raise here
@@ -142,11 +212,13 @@ def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device:
         bar = progress.bar(total=len(units), initial=len(units) - len(todo), desc=f"{exp.name} units",
                            unit="unit", disable=not show)
         try:
-            for j, arrays, wall, dev in executor.map(exp, [units[i] for i in todo], device):
+            ckpts = [str(checkpoint_path(store, profile, exp, units[i])) for i in todo]
+            for j, arrays, wall, dev in executor.map(exp, [units[i] for i in todo], device, ckpts):
                 i = todo[j]
                 extra = {"unit": i, "units": len(units), "cost": float(exp.cost_of(units[i]))}
                 results[i] = store.save(exp.name, units[i], code, profile, arrays, device=dev, wall_s=wall,
                                         extra=extra)
+                Path(ckpts[j]).unlink(missing_ok=True)
                 bar.update(1)
         finally:
             bar.close()

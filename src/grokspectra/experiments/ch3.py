@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .. import dmft, hessian as hs, multiindex as mi, spectral as sp
-from .. import transitions as tr
+from .. import sweep, transitions as tr
 from ..device import device_name, get_device, synchronize
 from ..params import Param, Schema
 from . import costs, experiment
@@ -213,21 +213,33 @@ def _dnn_cell(act, m, link, scale, times, p, eta, device, seed):
     path sets per δ (common to all δ: the paths depend on (N, rep) only) and the paths doubled from ``dnn_N`` up to
     ``dnn_Nmax`` while the sign is undecided. One DMFT run per (δ, paths, replicate) serves every t."""
     lk = mi.link(link)
-    cache, edges = {}, {}
+    vals, edges = {}, {}
 
-    def run(delta, n, rep):
-        key = (round(delta, 12), n, rep)
-        if key not in cache:
-            cache[key] = dmft.run_dmft(act, lk, delta, eta, max(times), _even(n), m, Q0=scale * np.eye(m),
-                                       keep=times, device=device, generator=seed + 7919 * rep + 13 * n)
-        return cache[key]
+    def point(delta, n, rep):
+        """[criterion, bulk edge] at every t of ``times`` from one DMFT run of (δ, n, rep); kept in the unit's
+        checkpoint, so an interrupted unit resumes its bisections where they stopped."""
+        key = f"{round(delta, 12)!r}|{n}|{rep}"
+        if key not in vals:
+            def compute():
+                r = dmft.run_dmft(act, lk, delta, eta, max(times), _even(n), m, Q0=scale * np.eye(m), keep=times,
+                                  device=device, generator=seed + 7919 * rep + 13 * n)
+                out = []
+                for t in times:
+                    try:
+                        c = sp.nn_criterion(*_law(r, t, act, lk), delta)
+                        out.append([float(c["crit"]), float(c["edge"])])
+                    except sp.ConvergenceError:  # this t's bisection then stops with a nan row
+                        out.append([float("nan"), float("nan")])
+                return out
+            vals[key] = sweep.memo(key, compute)
+        return vals[key]
 
     res = []
-    for t in times:
-        def crit(delta, n, rep, t=t):
-            c = sp.nn_criterion(*_law(run(delta, n, rep), t, act, lk), delta)
-            edges[(t, round(delta, 12), n, rep)] = c["edge"]
-            return -c["crit"]
+    for it, t in enumerate(times):
+        def crit(delta, n, rep, t=t, it=it):
+            c, edge = point(delta, n, rep)[it]
+            edges[(t, round(delta, 12), n, rep)] = edge
+            return -c
         try:
             r = tr.noisy_bisect(crit, p["dnn_lo"], p["dnn_hi"], rtol=p["dnn_rtol"], n0=p["dnn_N"],
                                 n_max=p["dnn_Nmax"], reps=p["dnn_reps"])
@@ -241,7 +253,7 @@ def _dnn_cell(act, m, link, scale, times, p, eta, device, seed):
                         else np.nan])
         except (ValueError, dmft.DMFTError, sp.ConvergenceError):
             res.append([np.nan] * 7)
-    return np.array(res), len(cache)
+    return np.array(res), len(vals)
 
 
 DNN_FIELDS = ("delta_nn", "lo", "hi", "noise_limited", "root_mc_se", "edge", "edge_se")
@@ -299,7 +311,7 @@ def dnn(u, device):
     replicates: < 0 means phase 1 has not settled); ``dmft_runs`` and ``wall_s`` [act, m, link, scale]."""
     t0 = time.perf_counter()
     r, n = _dnn_cell(u["act"], u["m"], u["link"], u["scale"], u["dnn_times"], u, u["eta"], device, u["seed"] + 17)
-    return {"cell": r, "dmft_runs": np.asarray(n), "wall_s": np.asarray(time.perf_counter() - t0)}
+    return {"cell": r, "dmft_runs": np.asarray(n), "wall_s": np.asarray(sweep.unit_elapsed(t0))}
 
 
 def _alg_cost(p: dict) -> float:
