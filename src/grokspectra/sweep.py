@@ -14,9 +14,10 @@ Executors (results identical whichever runs them):
   back; this process writes the store, so workers need no shared file system.
 
 A unit too long for one sitting can also resume *inside* itself: values it wraps in :func:`memo` (for example the
-criterion at each point of a bisection) are kept in a checkpoint file next to the store while the unit runs
-(``<store>/.checkpoints/<profile>/<experiment>/<key>.json``, removed once the unit is stored), and a restarted unit
-takes them from there instead of recomputing them; deterministic seeding makes the result the same.
+criterion at each point of a bisection) are kept in a checkpoint file in the profile's store while the unit runs
+(``<store>/<profile>/.checkpoints/<experiment>/<key>.json``, removed once the unit is stored; committed with
+``results/paper``, it carries a unit across sessions), and a restarted unit takes them from there instead of
+recomputing them; deterministic seeding makes the result the same.
 
 Chapters know nothing of executors: they only declare units and a reduction (:mod:`grokspectra.experiments`).
 """
@@ -89,7 +90,7 @@ def unit_elapsed(t0: float) -> float:
 def checkpoint_path(store: Store, profile: str, exp, unit: dict) -> Path:
     from .store import make_key
 
-    return store.root / ".checkpoints" / profile / exp.name / f"{make_key(exp.name, unit, exp.code())}.json"
+    return store.root / profile / ".checkpoints" / exp.name / f"{make_key(exp.name, unit, exp.code())}.json"
 
 
 def _compute(name: str, code: str, unit: dict, device: str, threads: int | None, ckpt: str | None = None):
