@@ -457,8 +457,9 @@ def dlin(p, device):
     out = {k: np.full(len(H), np.nan) for k in ("root", "lo", "hi", "noise_limited", "root_mc_se", "n_final", "evals")}
     hists = []
     for i, T in enumerate(H):
-        def crit(dl, n, rep, T=T):
-            return lin_rate(dl, T, n, rep, eta=p["eta_quad"], seed=p["seed"], device=device)
+        def crit(dl, n, rep, T=T):  # kept in the unit's checkpoint: an interrupted unit resumes its bisections
+            return sweep.memo(f"{T}|{round(dl, 12)!r}|{n}|{rep}",
+                              lambda: float(lin_rate(dl, T, n, rep, eta=p["eta_quad"], seed=p["seed"], device=device)))
         try:
             r = tr.noisy_bisect(crit, p["dlin_lo"], p["dlin_hi"], rtol=p["dlin_rtol"], n0=p["dlin_N0"],
                                 n_max=p["dlin_Nmax"], reps=p["dlin_reps"])
