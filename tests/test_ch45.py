@@ -407,3 +407,28 @@ def test_settle_check_and_sentence_on_known_paths():
     s = ch3.settle_sentence(rows, 0.01, 40, T)
     assert "λ = 0 the first phase settles" in s and "λ = 1 the first phase does not settle" in s
     assert "$Q_\\perp$ still moves by 0.250" in s and "the edge is -0.405" in s
+
+
+def test_budget_check_tells_stuck_from_slow_runs():
+    """Four runs at one (student, d, δ) with T = 1000 and d = 400 (random level 3/√d = 0.15): an early success, a
+    success crossing at step 700, a failed run whose overlap triples in the second half (slow: counted growing)
+    and a failed run flat at 0.3 (stuck). A failed run that doubles but stays below the random level is not
+    counted. The sentence names the detection limit 2 ln 2 / T."""
+    from grokspectra.experiments import ch4
+    t_rec = np.array([0, 250, 500, 750, 1000])
+    cos = np.array([[0.02, 0.9, 0.9, 0.9, 0.9],      # crosses early
+                    [0.02, 0.05, 0.1, 0.6, 0.8],     # crosses at 700 (late)
+                    [0.02, 0.05, 0.1, 0.2, 0.35],    # slow: ×3.5 since step 500, above 0.15
+                    [0.02, 0.3, 0.3, 0.3, 0.3],      # stuck
+                    [0.01, 0.02, 0.04, 0.06, 0.1]])  # doubles but below the random level
+    t_hit = np.array([200.0, 700.0, np.nan, np.nan, np.nan])
+    res = {"t_rec": t_rec, "cos_tr": cos[None, None, None], "t_hit": t_hit[None, None, None],
+           "cos_final": cos[:, -1][None, None, None], "d_list": np.array([400])}
+    B = ch4.budget_check(res, 0.5)
+    assert B["T"] == 1000 and B["half"] == 500
+    assert int(B["successes"][0, 0, 0]) == 2 and int(B["late"][0, 0, 0]) == 1
+    assert int(B["failed"][0, 0, 0]) == 3 and int(B["growing"][0, 0, 0]) == 1
+    assert B["t_med"][0, 0, 0] == 450.0
+    text = ch4.budget_sentence(B, [400], [5.0], ["quad:1:0.1"], np.array([[5.1]]))
+    assert "1 of 3 failed runs" in text and "0.0014" in text and "|λ_out| ≥ 0.014" in text
+    assert "still escaping" in text  # 1 of 3 growing is more than 5 %: the budget matters here

@@ -375,6 +375,79 @@ def analyse_sweep(res, threshold: float, spec=None) -> dict:
         out.update(k_spec=k_sp, n_spec=ns, loc_spec=loc_sp, loc_spec_se=loc_sp_se, width_spec=width_sp)
     return out
 
+def budget_check(res, threshold: float, grow: float = 2.0, floor: float = 3.0) -> dict:
+    """Is GD's success at the step budget T limited by time or by δ? Per [student, d, δ] of the sweep:
+
+    * ``t_med`` — median crossing step of the runs that succeed (nan when none does);
+    * ``late`` — successes that cross in the second half of the budget (step > T/2);
+    * ``failed`` — runs below the threshold at T, and ``growing`` — failed runs still on their way up: their
+      overlap max_j|cos(θ_j, θ_*)| grew by more than ``grow``× between the recorded step nearest T/2 and T and
+      exceeds ``floor``/√d (the random level). An exponential escape (rate 1 + η|λ_out| per step, chapter 5)
+      multiplies the overlap many times over T/2 steps, so a failed run that is escaping is caught here.
+
+    Few ``late`` and no ``growing`` runs mean the budget does not truncate the transition: failed runs are stuck,
+    not slow. ``half`` is the recorded step used for T/2."""
+    t_rec = np.asarray(res["t_rec"])
+    T = int(t_rec[-1])
+    ih = int(np.argmin(np.abs(t_rec - T / 2)))
+    cos, t_hit = np.asarray(res["cos_tr"]), np.asarray(res["t_hit"])
+    d = np.asarray(res["d_list"], float)[None, :, None, None]
+    ok = np.isfinite(t_hit) & (np.asarray(res["cos_final"]) >= threshold)
+    failed = ~ok
+    growing = failed & (cos[..., -1] > grow * cos[..., ih]) & (cos[..., -1] > floor / np.sqrt(d))
+    t_med = np.full(t_hit.shape[:3], np.nan)
+    for idx in np.ndindex(*t_hit.shape[:3]):
+        if ok[idx].any():
+            t_med[idx] = float(np.median(t_hit[idx][ok[idx]]))
+    return {"t_med": t_med, "late": (ok & (t_hit > T / 2)).sum(-1), "failed": failed.sum(-1),
+            "growing": growing.sum(-1), "successes": ok.sum(-1), "T": T, "half": int(t_rec[ih])}
+
+
+def budget_sentence(B: dict, dd, deltas, students: list[str], loc) -> str:
+    """What :func:`budget_check` says at each student's largest d, at the grid δ nearest its δ_c(d) (``loc``
+    [student, d]), and over the whole sweep, with the detection limit of the "still growing" test: an exponential
+    escape at rate η|λ_out| per step doubles the overlap over the second half of the budget only when
+    η|λ_out| ≥ 2 ln 2 / T."""
+    parts = []
+    for s, spec in enumerate(students):
+        lab = student_label(spec).split(" student")[0]
+        i = len(dd) - 1
+        if not np.isfinite(loc[s, i]):
+            continue
+        j = int(np.argmin(np.abs(np.asarray(deltas) - loc[s, i])))
+        parts.append(f"for the {lab} student at d = {int(dd[i])} and δ = {deltas[j]:g} (nearest δ_c(d) = "
+                     f"{loc[s, i]:.2f}), {int(B['successes'][s, i, j])} runs succeed, "
+                     f"{int(B['late'][s, i, j])} of them after step {B['T'] // 2}, and "
+                     f"{int(B['growing'][s, i, j])} of the {int(B['failed'][s, i, j])} failed runs are still growing")
+    tot_f, tot_g = int(B["failed"].sum()), int(B["growing"].sum())
+    tot_s, tot_l = int(B["successes"].sum()), int(B["late"].sum())
+    verdict = ("Failed runs are stuck, not slow: a longer budget would convert few of them, so the step budget "
+               "does not set δ_c(d) at these d." if tot_g <= 0.05 * max(tot_f, 1) else
+               "A sizeable share of the failed runs is still escaping at T: δ_c(d) is set partly by the step budget "
+               "and is an upper estimate of the infinite-time threshold at these d.")
+    _, _, eta0 = parse_student(students[0])
+    rate = 2 * math.log(2) / B["T"]
+    limit = (f"The test sees an escape whose rate η|λ_out| is at least 2 ln 2 / T = {rate:.4f} per step (|λ_out| ≥ "
+             f"{rate / eta0:.3f} for η = {eta0:g}); slower escapes, from an outlier closer to the bulk, would pass "
+             "for stuck.")
+    return ("At T = " + f"{B['T']}: " + "; ".join(parts) + ". Over the whole sweep, " + f"{tot_g} of {tot_f} failed "
+            f"runs grew their overlap more than twofold between step {B['half']} and T, and {tot_l} of {tot_s} "
+            f"successes crossed after step {B['T'] // 2}. " + verdict + " " + limit)
+
+
+def crossing_growth_sentence(B: dict, dd, deltas, student: int = 0) -> str:
+    """How the median crossing step of one student grows with d at each δ where every d has successes, against
+    the log d growth of the escape time ≈ t₁ + log d / (2η|λ_out|) (chapter 5)."""
+    t = B["t_med"][student]
+    cols = [j for j in range(t.shape[1]) if np.isfinite(t[:, j]).all()]
+    if not cols or len(dd) < 2:
+        return ""
+    r_log = math.log(dd[-1]) / math.log(dd[0])
+    ratios = ", ".join(f"{t[-1, j] / t[0, j]:.1f} at δ = {deltas[j]:g}" for j in cols)
+    return (f"From d = {int(dd[0])} to {int(dd[-1])} the median crossing step grows by a factor {ratios}; a pure "
+            f"log d law would give at most {r_log:.2f} (the ratio of log d; less with the O(1) first phase).")
+
+
 def linearised_crossing(deltas, rates, rmin: float) -> float:
     """δ where the late-time growth rate r(δ) of the hard overlap first exceeds ``rmin`` (linear interpolation
     between grid points; eq. app-lin). nan when it never does, −inf when it already does at the first δ."""
