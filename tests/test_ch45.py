@@ -432,3 +432,23 @@ def test_budget_check_tells_stuck_from_slow_runs():
     text = ch4.budget_sentence(B, [400], [5.0], ["quad:1:0.1"], np.array([[5.1]]))
     assert "1 of 3 failed runs" in text and "0.0014" in text and "|λ_out| ≥ 0.014" in text
     assert "still escaping" in text  # 1 of 3 growing is more than 5 %: the budget matters here
+
+
+def test_crossing_log_fits_recover_a_logarithmic_law():
+    """Crossing steps t = −20 + 6 log d + noise (sd 1, 64 seeds) at four d: the fit recovers b = 6 within 3 s.e.
+    and does not reject the law; a δ where one run never crosses is left out, and t = d/100 (linear in d) is
+    rejected."""
+    from grokspectra.experiments import ch4
+    rng = np.random.default_rng(3)
+    dd = np.array([500, 1000, 2000, 4000])
+    R = 64
+    log_law = -20 + 6 * np.log(dd)[:, None] + rng.normal(0, 1, (4, R))
+    linear = dd[:, None] / 100 + rng.normal(0, 1, (4, R))
+    censored = log_law.copy()
+    censored[0, 0] = np.nan
+    t_hit = np.stack([log_law, censored, linear], 1)[None]  # [student, d, δ, seed]
+    fits = ch4.crossing_log_fits({"t_hit": t_hit, "d_list": dd, "deltas": np.array([8.0, 9.0, 10.0])}, reps=400)
+    assert [f["delta"] for f in fits] == [8.0, 10.0]
+    assert abs(fits[0]["b"] - 6) < 3 * fits[0]["b_se"] and fits[0]["p"] > 0.01 and fits[1]["p"] < 1e-6
+    text = ch4.crossing_log_sentence(fits, dd)
+    assert "δ = 8:" in text and "δ = 9" not in text and "rejected" in text
