@@ -1,5 +1,6 @@
 """The intro's reproduction summary (report.summary_md): counts per chapter and per scale, and the disagreements."""
 
+from grokspectra import report
 from grokspectra.report import Claim, scale_group, summary_md
 
 
@@ -31,3 +32,22 @@ def test_summary_tolerates_old_and_empty_summaries():
     md = summary_md([old])
     assert "| Chapter 1 | not recorded | 1 | 0 | 0 |" in md and "No claim disagrees." in md
     assert summary_md([]) == "No chapter has been executed yet."
+
+
+def test_scale_note_counts_units_and_names_the_commands(tmp_path):
+    """section_status on an empty store: every ch6 experiment missing with 0 of its units; scale_md then lists each
+    with its command, and says so in one sentence when everything is complete."""
+    from grokspectra import experiments as ex
+    from grokspectra import store as st
+
+    rows = ex.section_status("ch6_repulsion", "paper", st.Store(tmp_path))
+    assert rows and all(r["stored"] == 0 and r["state"] == "missing" and r["units"] >= 1 for r in rows)
+    text = report.scale_md(rows)
+    assert f"0 of {len(rows)} experiments" in text
+    assert all(f"`python -m grokspectra run {r['experiment']} --profile paper`" in text for r in rows)
+    assert text.count("\n| `ch6.") == len(rows)
+    done = [{**r, "stored": r["units"], "state": "current", "left_s": 0.0} for r in rows]
+    assert report.scale_md(done) == "Every result on this page is computed at the `paper` scale."
+    mixed = done[:-1] + [{**rows[-1], "stored": 1, "state": "partial", "left_s": 5400.0}]
+    t = report.scale_md(mixed)
+    assert "(complete)" in t and "90 min" in t and rows[-1]["experiment"] in t.split("Units are resumable")[1]

@@ -158,20 +158,16 @@ def cmd_status(a) -> int:
     for name in sorted(ex.REGISTRY, key=_order):
         e = ex.REGISTRY[name]
         try:
-            P = e.schema.validate(load_profile(a.profile, e.section))
+            e.schema.validate(load_profile(a.profile, e.section))
         except ParamError as err:
             rows.append((name, "-", "no parameters", str(err)[:60]))
             continue
-        prof = e.profile_for(P)
-        units = e.units(e.params(P))
-        n = sum(store.load(e.name, u, e.code(), prof) is not None for u in units)
-        stale = any(m.get("code") != e.code() for m in store.metas(e.name, prof))
-        state = "current" if n == len(units) else "partial" if n else "stale" if stale else "missing"
-        rate, _ = sweep.estimate_rate(e, store, time_probe=False)
-        left = sum(e.cost_of(u) for u in units) * rate * (1 - n / max(len(units), 1)) if n < len(units) else 0.0
+        st = ex.profile_status(e, a.profile, store)
+        left = st["left_s"]
         total_left += left if left == left else 0.0
         unknown += left != left
-        rows.append((name, f"{n}/{len(units)}", state, sweep.fmt_seconds(left) if n < len(units) else "0"))
+        rows.append((name, f"{st['stored']}/{st['units']}", st["state"],
+                     sweep.fmt_seconds(left) if st["stored"] < st["units"] else "0"))
     print(f"profile {a.profile} in {store.root}")
     print(f"{'experiment':22s} {'units':>9s}  {'result':8s}  est. time left")
     for r in rows:

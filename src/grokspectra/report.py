@@ -177,6 +177,28 @@ def fmt(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def scale_md(rows: list[dict], profile: str = "paper") -> str:
+    """A note for the top of a chapter: how far each of its experiments is computed at ``profile`` scale (rows of
+    ``experiments.section_status``), the compute time still missing and the command that computes it. Results
+    whose ``profile`` is complete are shown at that scale; the others at the notebook's own profile, or as the
+    computed part of the ``profile`` grid where the figure's provenance line says so."""
+    fmt = lambda s: "?" if s != s else f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+    done = [r for r in rows if r["state"] == "current"]
+    if len(done) == len(rows):
+        return f"Every result on this page is computed at the `{profile}` scale."
+    lines = [f"| experiment | `{profile}` units computed | compute left (one core) |", "|---|---|---|"]
+    for r in rows:
+        lines.append(f"| `{r['experiment']}` | {r['stored']} of {r['units']}"
+                     + (" (complete)" if r["state"] == "current" else "") + " | "
+                     + ("–" if r["state"] == "current" else fmt(r["left_s"])) + " |")
+    missing = [r["experiment"] for r in rows if r["state"] != "current"]
+    return (f"{len(done)} of {len(rows)} experiments of this page are complete at the `{profile}` scale and shown at "
+            f"it; the others are shown at this build's profile, or as the part of the `{profile}` grid computed so "
+            "far where a figure's provenance line says so. Units are resumable: "
+            + ", ".join(f"`python -m grokspectra run {m} --profile {profile}`" for m in missing)
+            + " continues each where it stopped ('?': no unit stored yet to time).\n\n" + "\n".join(lines))
+
+
 def glue_md(name: str, text: str) -> None:
     """Glue a markdown snippet (use in the text as ``{glue:md}`name` ``), e.g. a result's provenance line."""
     from IPython.display import Markdown

@@ -207,6 +207,33 @@ class Experiment:
         return live
 
 
+def profile_status(e: Experiment, profile: str = "paper", store: Store | None = None) -> dict:
+    """How far ``profile`` is computed for experiment ``e``: units stored for the current code and their total,
+    ``state`` (current, partial, stale or missing) and ``left_s``, the estimated compute time of the missing units
+    from the stored units' own timings (nan when none is stored)."""
+    from .. import sweep
+
+    store = store or Store()
+    P = e.schema.validate(load_profile(profile, e.section))
+    prof = e.profile_for(P)
+    units = e.units(e.params(P))
+    n = sum(store.load(e.name, u, e.code(), prof) is not None for u in units)
+    stale = any(m.get("code") != e.code() for m in store.metas(e.name, prof))
+    state = "current" if n == len(units) else "partial" if n else "stale" if stale else "missing"
+    left = 0.0
+    if n < len(units):
+        rate, _ = sweep.estimate_rate(e, store, time_probe=False)
+        done = [u for u in units if store.load(e.name, u, e.code(), prof) is not None]
+        left = rate * (sum(e.cost_of(u) for u in units) - sum(e.cost_of(u) for u in done))
+    return {"experiment": e.name, "stored": n, "units": len(units), "state": state, "left_s": float(left)}
+
+
+def section_status(section: str, profile: str = "paper", store: Store | None = None) -> list[dict]:
+    """:func:`profile_status` of every experiment of one notebook (``section``), in registry order."""
+    load_chapters()
+    return [profile_status(e, profile, store) for e in REGISTRY.values() if e.section == section]
+
+
 def experiment(section: str, keys: Iterable[str], *, units=None, reduce=None, cost=None, shrink=None,
                name: str | None = None):
     """Decorator: register ``fn`` as the experiment ``<chapter>.<fn name>`` (see the module docstring)."""
