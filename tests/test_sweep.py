@@ -368,13 +368,9 @@ def test_every_experiment_has_a_cost_model(tmp_path):
     assert "no estimate" not in r.stdout.splitlines()[-1]
 
 
-def test_best_falls_back_to_the_largest_computed_part(tmp_path):
-    """ch4's sweep with its largest d not yet computed: best(prefix="d_list") shows the stored part (d ≤ 30 of
-    [20, 30, 40]) under the profile's name, with a note naming the gap; without prefix the live result stays."""
-    e = ex.find("ch4.sweep")
-    sec = {"device": "cpu", "students": ["quad:1:0.1"], "link": "pr_clip", "clip": 6.0, "d_list": [20, 30, 40],
-           "deltas": [3.0, 5.0], "seeds": 2, "T": 10, "threshold": 0.5, "n_test": 256, "spec_deltas": [1.0, 2.0],
-           "spec_iters": 10, "init_d": 20, "init_deltas": [3.0], "init_T": 10, "seed": 0, "dtype": "float32"}
+def _stored_but_last_unit(e, sec: dict, tmp_path):
+    """Run experiment ``e`` on the notebook section ``sec`` into a store at ``tmp_path``, delete its last unit, and
+    write ``sec`` as a profile YAML named like the stored profile: (parameters, store, profile path)."""
     P = e.schema.validate({**sec, "profile": "ci"})
     store = st.Store(tmp_path)
     e.run(P, store=store, show=False)
@@ -383,7 +379,18 @@ def test_best_falls_back_to_the_largest_computed_part(tmp_path):
     for f in (tmp_path / name / e.name).glob(f"{last}.*"):
         f.unlink()
     prof = tmp_path / f"{name}.yaml"  # a profile given as a YAML file named like the stored profile
-    prof.write_text(yaml.safe_dump({"ch4_phase_retrieval": sec}))
+    prof.write_text(yaml.safe_dump({e.section: sec}))
+    return P, store, prof
+
+
+def test_best_falls_back_to_the_largest_computed_part(tmp_path):
+    """ch4's sweep with its largest d not yet computed: best(prefix="d_list") shows the stored part (d ≤ 30 of
+    [20, 30, 40]) under the profile's name, with a note naming the gap; without prefix the live result stays."""
+    e = ex.find("ch4.sweep")
+    sec = {"device": "cpu", "students": ["quad:1:0.1"], "link": "pr_clip", "clip": 6.0, "d_list": [20, 30, 40],
+           "deltas": [3.0, 5.0], "seeds": 2, "T": 10, "threshold": 0.5, "n_test": 256, "spec_deltas": [1.0, 2.0],
+           "spec_iters": 10, "init_d": 20, "init_deltas": [3.0], "init_T": 10, "seed": 0, "dtype": "float32"}
+    P, store, prof = _stored_but_last_unit(e, sec, tmp_path)
     live = st.Result({}, {"profile": "other"})
     part = e.best(live, store=store, profile=str(prof), prefix="d_list")
     assert part is not live and list(part["d_list"]) == [20, 30] and part["cos_final"].shape == (1, 2, 2, 2)
@@ -400,15 +407,7 @@ def test_best_partial_shows_the_stored_cells_of_a_grid(tmp_path):
     sec = {**{k: v for k, v in base.items() if k != "profile"}, "device": "cpu", "dnn_acts": ["quad"],
            "dnn_ms": [1], "dnn_links": ["pr_clip"], "dnn_scales": [1.0, 0.25], "dnn_times": [2], "dnn_N": 1000,
            "dnn_Nmax": 1000, "dnn_reps": 2, "dnn_rtol": 0.5, "dnn_lo": 2.0, "dnn_hi": 32.0}
-    P = e.schema.validate({**sec, "profile": "ci"})
-    store = st.Store(tmp_path)
-    e.run(P, store=store, show=False)
-    name = e.profile_for(P)
-    last = st.make_key(e.name, e.units(e.params(P))[-1], e.code())
-    for f in (tmp_path / name / e.name).glob(f"{last}.*"):
-        f.unlink()
-    prof = tmp_path / f"{name}.yaml"
-    prof.write_text(yaml.safe_dump({e.section: sec}))
+    P, store, prof = _stored_but_last_unit(e, sec, tmp_path)
     live = st.Result({}, {"profile": "other"})
     part = e.best(live, store=store, profile=str(prof), partial=True)
     assert part is not live and part.meta["units_stored"] == [1, 2] and "1 of 2 units" in part.meta["note"]
