@@ -616,11 +616,12 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile:
         lo, hi = Dn["lo"][iq, 0, 0, 0], Dn["hi"][iq, 0, 0, 0]
         txt = "; ".join(f"t = {t}: {a:.2f} [{b:.2f}, {c:.2f}], MC spread {e:.2f}" for t, a, b, c, e
                         in zip(t_list, v, lo, hi, se))
-        drift = report.finite(v[0], v[-1], se[0], se[-1]) and abs(v[-1] - v[0]) > 2 * math.hypot(se[0], se[-1])
+        u = np.hypot(0.5 * (hi - lo), se)  # half-bracket and Monte-Carlo spread, per t
+        drift = report.finite(v[0], v[-1], u[0], u[-1]) and abs(v[-1] - v[0]) > 2 * math.hypot(u[0], u[-1])
         rows.append(report.at_scale(report.Claim(
             "δ_NN of the Quad toy (m = 1, y = min(z², 6), η = 0.1)", "[MW26]; our eq. ch3-dnn",
             "read at the end of the first phase", txt, None,
-            ("not established: drifts with t by more than 2 MC spreads, phase 1 has not ended" if drift
+            ("not established: drifts with t by more than twice its uncertainty, phase 1 has not ended" if drift
              else "not established: phase 1 has not ended")),
             f"{prof(Dn)}: {int(Dn.meta['params']['dnn_reps'])} path sets × ≤ {int(Dn.meta['params']['dnn_Nmax'])} paths"))
     # 5. δ_lin
