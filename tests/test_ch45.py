@@ -452,3 +452,32 @@ def test_crossing_log_fits_recover_a_logarithmic_law():
     assert abs(fits[0]["b"] - 6) < 3 * fits[0]["b_se"] and fits[0]["p"] > 0.01 and fits[1]["p"] < 1e-6
     text = ch4.crossing_log_sentence(fits, dd)
     assert "δ = 8:" in text and "δ = 9" not in text and "rejected" in text
+
+
+def test_dlin_reports_each_horizon_with_its_evidence(tmp_path, monkeypatch):
+    """ch3.dlin with a synthetic growth c_T(δ, rep) in place of the DMFT: a clean sign change is bisected to the
+    tolerance near its root; a criterion that is positive at both ends is "no sign change" (status 3), not a row of
+    nan, and keeps its two evaluations; an end whose replicates disagree in sign is "end undecided" (status 2)
+    after doubling the paths to the maximum."""
+    from grokspectra.experiments import ch3
+
+    def fake(delta, T, N, rep, *, eta, seed, device="cpu"):
+        if T == 8:
+            return delta - 5.0 + 0.01 * rep
+        if T == 16:
+            return 1.0 + 0.01 * rep
+        return (-1.0) ** rep if delta < 4 else 1.0 + 0.01 * rep
+    monkeypatch.setattr(ch3, "lin_rate", fake)
+    e = ex.find("ch3.dlin")
+    base = load_profile("ci", e.section)
+    P = {**{k: v for k, v in base.items() if k != "profile"}, "device": "cpu", "dlin_horizons": [8, 16, 24],
+         "dlin_N0": 1000, "dlin_Nmax": 4000, "dlin_reps": 2, "dlin_rtol": 0.05, "dlin_lo": 3.0, "dlin_hi": 12.0}
+    from grokspectra import store as st
+    R = e.run(P, store=st.Store(tmp_path), show=False)
+    assert list(R["status"]) == [0, 3, 2]
+    assert abs(R["root"][0] - 5.0) <= 0.05 * 5.0 and R["lo"][0] <= 5.0 <= R["hi"][0]
+    assert np.isnan(R["root"][1]) and R["evals"][1] == 2 and R["n_final"][1] == 1000
+    h = R["hist"][1][: int(R["evals"][1])]
+    assert np.allclose(h[:, 0], [3.0, 12.0]) and np.allclose(h[:, 2], 1.005) and np.all(h[:, 3] > 0)
+    assert R["n_final"][2] == 4000 and R["lo"][2] == 3.0 and R["hi"][2] == 12.0
+    assert "no sign change" in ch3.DLIN_STATUS[3] and np.isfinite(R["hist"][0][: int(R["evals"][0])]).all()

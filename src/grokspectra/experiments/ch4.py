@@ -511,7 +511,7 @@ def thresholds(Dn, DL, p: dict) -> dict:
     q, ql = Dn.meta["params"], DL.meta["params"]
     nan = float("nan")
     out = {"delta_nn": nan, "delta_nn_unc": nan, "t": 0, "dagger": False, "delta_lin": nan, "delta_lin_unc": nan,
-           "lin_T": 0, "lin_lo": nan, "lin_hi": nan, "text": ""}
+           "lin_T": 0, "lin_lo": nan, "lin_hi": nan, "lin_why": "", "text": ""}
     same = (act in q["dnn_acts"] and m in q["dnn_ms"] and p["link"] in q["dnn_links"] and 1.0 in q["dnn_scales"]
             and abs(q[f"eta_{act}"] * m - eta) < 1e-12 and (p["link"] != "pr_clip" or p["clip"] == 6.0))
     if same:
@@ -524,8 +524,10 @@ def thresholds(Dn, DL, p: dict) -> dict:
     lin_ok = act == "quad" and m == 1 and p["link"] == "pr_clip" and p["clip"] == 6.0 and abs(eta - ql["eta_quad"]) < 1e-12
     if lin_ok:
         i = len(DL["horizons"]) - 1
-        out.update(lin_T=int(DL["horizons"][i]), lin_lo=float(DL["lo"][i]), lin_hi=float(DL["hi"][i]))
-        if np.isfinite(DL["root_mc_se"][i]):
+        out.update(lin_T=int(DL["horizons"][i]), lin_lo=float(DL["lo"][i]), lin_hi=float(DL["hi"][i]),
+                   lin_why=("no sign change of its criterion in the bracket" if int(DL["status"][i]) == 3
+                            else "Monte-Carlo-limited"))
+        if int(DL["status"][i]) <= 1 and np.isfinite(DL["root_mc_se"][i]):
             out.update(delta_lin=float(DL["root"][i]),
                        delta_lin_unc=math.hypot(0.5 * (DL["hi"][i] - DL["lo"][i]), float(DL["root_mc_se"][i])))
     if np.isfinite(out["delta_nn"]):
@@ -539,7 +541,7 @@ def thresholds(Dn, DL, p: dict) -> dict:
         txt += (f"The linearised DMFT gives δ_lin(T = {out['lin_T']}) = {out['delta_lin']:.2f} ± "
                 f"{out['delta_lin_unc']:.2f}." if np.isfinite(out["delta_lin"]) else
                 f"The linearised DMFT's threshold at T = {out['lin_T']} is undecided between {out['lin_lo']:g} and "
-                f"{out['lin_hi']:g} at the path numbers of this build (Monte-Carlo-limited).")
+                f"{out['lin_hi']:g} at the path numbers of this build ({out['lin_why']}; chapter 3).")
     out["text"] = txt
     return out
 
@@ -580,7 +582,7 @@ def threshold_table(thr: dict, fss: dict, A: dict, dd, dalg: float) -> str:
                     f"± {f(thr['delta_lin_unc'])} |")
     elif thr["lin_T"]:
         rows.append(f"| δ_lin($T$ = {thr['lin_T']}) | linearised DMFT (ch. 3) | undecided | "
-                    f"within [{thr['lin_lo']:g}, {thr['lin_hi']:g}] (Monte-Carlo-limited) |")
+                    f"within [{thr['lin_lo']:g}, {thr['lin_hi']:g}] ({thr['lin_why']}) |")
     if fss:
         for form, lab in FSS_LAWS.items():
             g = fss["fits"][form]
@@ -634,7 +636,7 @@ def claims(thr, fss, A, dd, dalg, res, med_warm, med_rand, frac_warm, frac_rand,
     elif thr["lin_T"]:
         rows.append(report.at_scale(report.Claim(
             "δ_lin (linearised DMFT) = δ_NN (Hessian criterion)", "eqs. app-lin and app-dnn", "equal",
-            f"δ_lin undecided in [{thr['lin_lo']:g}, {thr['lin_hi']:g}]", None, "Monte-Carlo-limited: not a test"),
+            f"δ_lin undecided in [{thr['lin_lo']:g}, {thr['lin_hi']:g}]", None, f"{thr['lin_why']}: not a test"),
             thr_profile))
     # 3. δ_NN > δ_alg
     rows.append(report.at_scale(report.Claim(
