@@ -480,4 +480,25 @@ def test_dlin_reports_each_horizon_with_its_evidence(tmp_path, monkeypatch):
     h = R["hist"][1][: int(R["evals"][1])]
     assert np.allclose(h[:, 0], [3.0, 12.0]) and np.allclose(h[:, 2], 1.005) and np.all(h[:, 3] > 0)
     assert R["n_final"][2] == 4000 and R["lo"][2] == 3.0 and R["hi"][2] == 12.0
-    assert "no sign change" in ch3.DLIN_STATUS[3] and np.isfinite(R["hist"][0][: int(R["evals"][0])]).all()
+    assert "no sign change" in ch3.BISECT_STATUS[3] and np.isfinite(R["hist"][0][: int(R["evals"][0])]).all()
+
+
+def test_dnn_cell_records_a_dmft_breakdown_as_its_outcome(tmp_path, monkeypatch):
+    """A ch3.dnn cell whose DMFT breaks down at the lower end of the bracket is stored with status "DMFT breakdown"
+    and the bracket searched (delta_nn nan), not as a cell that looks uncomputed."""
+    from grokspectra import dmft
+    from grokspectra import store as st
+    from grokspectra.experiments import ch3
+
+    def broken(*a, **k):
+        raise dmft.DMFTError("covariance of w^0..w^3 is not positive definite")
+    monkeypatch.setattr(ch3.dmft, "run_dmft", broken)
+    e = ex.find("ch3.dnn")
+    base = load_profile("ci", e.section)
+    P = {**{k: v for k, v in base.items() if k != "profile"}, "device": "cpu", "dnn_acts": ["quad"], "dnn_ms": [1],
+         "dnn_links": ["pr_clip"], "dnn_scales": [1.0], "dnn_times": [2, 4], "dnn_N": 1000, "dnn_Nmax": 1000,
+         "dnn_reps": 2, "dnn_rtol": 0.5, "dnn_lo": 2.0, "dnn_hi": 32.0}
+    R = e.run(P, store=st.Store(tmp_path), show=False)
+    assert ch3.BISECT_STATUS[int(R["status"][0, 0, 0, 0, 0])] == "DMFT breakdown"
+    assert (R["status"][0, 0, 0, 0] == 4).all() and np.isnan(R["delta_nn"]).all()
+    assert (R["lo"][0, 0, 0, 0] == 2.0).all() and (R["hi"][0, 0, 0, 0] == 32.0).all()

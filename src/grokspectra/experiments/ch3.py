@@ -248,15 +248,24 @@ def _dnn_cell(act, m, link, scale, times, p, eta, device, seed):
             dl0 = min({k[1] for k in keys}, key=lambda dl: abs(dl - r["root"]))
             n0 = max(k[2] for k in keys if k[1] == dl0)
             e = [edges[k] for k in keys if k[1] == dl0 and k[2] == n0]
+            status = 2 if r["limited_by"] == "noise" and not np.isfinite(r["root_mc_se"]) else \
+                float(r["limited_by"] == "noise")
             res.append([r["root"], r["lo"], r["hi"], float(r["limited_by"] == "noise"), r["root_mc_se"],
                         float(np.mean(e)) if e else np.nan, float(np.std(e, ddof=1) / np.sqrt(len(e))) if len(e) > 1
-                        else np.nan])
-        except (ValueError, dmft.DMFTError, sp.ConvergenceError):
-            res.append([np.nan] * 7)
+                        else np.nan, status])
+        except ValueError as err:  # no sign change in the bracket, or the spectral solver failed at some δ
+            res.append([np.nan, p["dnn_lo"], p["dnn_hi"]] + [np.nan] * 4
+                       + [4 if str(err).startswith("non-finite") else 3])
+        except (dmft.DMFTError, sp.ConvergenceError, torch.linalg.LinAlgError):  # the DMFT broke down at some δ
+            res.append([np.nan, p["dnn_lo"], p["dnn_hi"]] + [np.nan] * 4 + [4])
     return np.array(res), len(vals)
 
 
-DNN_FIELDS = ("delta_nn", "lo", "hi", "noise_limited", "root_mc_se", "edge", "edge_se")
+DNN_FIELDS = ("delta_nn", "lo", "hi", "noise_limited", "root_mc_se", "edge", "edge_se", "status")
+BISECT_STATUS = ("bisected", "noise-limited", "end undecided", "no sign change", "DMFT breakdown")
+"""Outcome of a noise-controlled bisection (``status`` of ch3.dnn and ch3.dlin): to the tolerance; stopped by
+Monte-Carlo noise at a mid-point; an end of the initial bracket undecided at the most paths; both ends decided with
+the same sign (no root in the bracket); the DMFT or the spectral solver failed at some δ."""
 
 
 DNN_UNIT_KEYS = ("dnn_times", "dnn_N", "dnn_Nmax", "dnn_reps", "dnn_rtol", "dnn_lo", "dnn_hi", "seed")
@@ -312,7 +321,9 @@ def dnn(u, device):
     scale, t]: ``delta_nn`` (geometric mid-point of the final bracket), ``lo``, ``hi``, ``noise_limited`` (1:
     Monte-Carlo spread, not the tolerance, limited the bracket), ``root_mc_se`` (Monte-Carlo spread of the root),
     ``edge``/``edge_se`` (the bulk edge of the law at the evaluated δ nearest the root, mean and s.e. over
-    replicates: < 0 means phase 1 has not settled); ``dmft_runs`` and ``wall_s`` [act, m, link, scale]."""
+    replicates: < 0 means phase 1 has not settled), ``status`` (index into :data:`BISECT_STATUS`; delta_nn is nan
+    unless it is ≤ 1, and nan everywhere marks a cell not computed); ``dmft_runs`` and ``wall_s``
+    [act, m, link, scale]."""
     t0 = time.perf_counter()
     r, n = _dnn_cell(u["act"], u["m"], u["link"], u["scale"], u["dnn_times"], u, u["eta"], device, u["seed"] + 17)
     return {"cell": r, "dmft_runs": np.asarray(n), "wall_s": np.asarray(sweep.unit_elapsed(t0))}
@@ -449,15 +460,12 @@ def _dlin_shrink(p: dict) -> dict:
             "dlin_hi": 1.4 * p["dlin_lo"], "dlin_rtol": 0.5}
 
 
-DLIN_STATUS = ("bisected", "noise-limited", "end undecided", "no sign change")
-
-
 @experiment(SECTION, keys=["dlin_horizons", "dlin_N0", "dlin_Nmax", "dlin_reps", "dlin_rtol", "dlin_lo", "dlin_hi",
                            "eta_quad", "seed"], cost=_dlin_cost, shrink=_dlin_shrink)
 def dlin(p, device):
     """δ_lin(T): the root in δ of the late growth c_T(δ) of the linearised DMFT (:func:`lin_rate`), by
     ``transitions.noisy_bisect`` (replicate path sets, paths doubled while the sign is undecided), for every
-    horizon T. Arrays [horizon]: ``status`` (index into :data:`DLIN_STATUS`: bisected to the tolerance; stopped by
+    horizon T. Arrays [horizon]: ``status`` (index into :data:`BISECT_STATUS`: bisected to the tolerance; stopped by
     Monte-Carlo noise at a mid-point; an end of the initial bracket undecided at the most paths; both ends decided
     with the same sign, so no root in the bracket), ``root`` (nan unless status ≤ 1), ``lo``, ``hi``,
     ``noise_limited``, ``root_mc_se``, ``n_final`` (most paths used), ``evals``; the evaluations (δ, paths, mean,
@@ -550,7 +558,7 @@ def dnn_coverage_sentence(Dn) -> str:
         for im, m in enumerate(q["dnn_ms"]):
             for il, lk in enumerate(q["dnn_links"]):
                 for isc, s in enumerate(q["dnn_scales"]):
-                    if Dn["dmft_runs"][ia, im, il, isc] > 0:
+                    if np.isfinite(Dn["status"][ia, im, il, isc]).any():
                         done.append((f"{a}, m = {m}, {lk}, s = {s:g}", float(Dn["wall_s"][ia, im, il, isc])))
     cells = "; ".join(f"{c} ({w / 60:.0f} min of compute)" for c, w in done)
     return (f"Of the {got[1]} cells of the {Dn.meta.get('profile', '?')} profile's grid, {got[0]} "
@@ -675,7 +683,7 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile:
     i = len(DL["horizons"]) - 1
     st = int(DL["status"][i])
     got = (f"{DL['root'][i]:.2f} [{DL['lo'][i]:.2f}, {DL['hi'][i]:.2f}]" if st <= 1 else
-           f"{DLIN_STATUS[st]} on [{DL['lo'][i]:.1f}, {DL['hi'][i]:.1f}]")
+           f"{BISECT_STATUS[st]} on [{DL['lo'][i]:.1f}, {DL['hi'][i]:.1f}]")
     note = ("horizon differs from δ_NN's t" if st == 0 else
             "Monte-Carlo-limited: not a test" if st <= 2 else "the sign criterion has no root here: not a test")
     rows.append(report.at_scale(report.Claim(

@@ -520,7 +520,7 @@ def thresholds(Dn, DL, p: dict) -> dict:
         v, lo, hi, se = (float(Dn[k][idx]) for k in ("delta_nn", "lo", "hi", "root_mc_se"))
         e, ese = float(Dn["edge"][idx]), float(Dn["edge_se"][idx])
         out.update(delta_nn=v, delta_nn_unc=math.hypot(0.5 * (hi - lo), se), t=int(q["dnn_times"][-1]),
-                   dagger=bool(e + 2 * ese < 0))
+                   dagger=bool(e + 2 * ese < 0), dnn_status=float(Dn["status"][idx]) if "status" in Dn else nan)
     lin_ok = act == "quad" and m == 1 and p["link"] == "pr_clip" and p["clip"] == 6.0 and abs(eta - ql["eta_quad"]) < 1e-12
     if lin_ok:
         i = len(DL["horizons"]) - 1
@@ -535,6 +535,13 @@ def thresholds(Dn, DL, p: dict) -> dict:
                f"{out['delta_nn_unc']:.2f} (half its bracket and its Monte-Carlo spread combined)"
                + (", with the bulk edge still below zero there: phase 1 has not ended, and δ_NN(t) was still rising "
                   "with t" if out["dagger"] else "") + ". ")
+    elif same and np.isfinite(out.get("dnn_status", nan)):
+        why = ("no sign change of the criterion in its bracket", "the DMFT broke down in its bracket",
+               "an end of its bracket undecided")[{3: 0, 4: 1}.get(int(out["dnn_status"]), 2)]
+        txt = (f"For this student chapter 3's bisection at t = {int(q['dnn_times'][-1])} found no δ_NN ({why}), so "
+               "none is drawn. ")
+    elif same:
+        txt = "Chapter 3 has not computed this student and target yet, so no δ_NN is drawn. "
     else:
         txt = "Chapter 3's grid does not contain this student and target, so no δ_NN is drawn. "
     if lin_ok:
