@@ -502,3 +502,26 @@ def test_dnn_cell_records_a_dmft_breakdown_as_its_outcome(tmp_path, monkeypatch)
     assert ch3.BISECT_STATUS[int(R["status"][0, 0, 0, 0, 0])] == "DMFT breakdown"
     assert (R["status"][0, 0, 0, 0] == 4).all() and np.isnan(R["delta_nn"]).all()
     assert (R["lo"][0, 0, 0, 0] == 2.0).all() and (R["hi"][0, 0, 0, 0] == 32.0).all()
+
+
+def test_thresholds_say_why_there_is_no_delta_nn():
+    """ch4.thresholds on a chapter-3 cell of the chapter's own student: a bisected cell gives δ_NN with its
+    uncertainty (half-bracket ⊕ Monte-Carlo spread); a cell whose DMFT broke down says so; an uncomputed cell
+    (status nan) says it is not computed yet; a δ_lin bracket without a root names its reason."""
+    from grokspectra import store as st
+    q = {"dnn_acts": ["quad"], "dnn_ms": [1], "dnn_links": ["pr_clip"], "dnn_scales": [1.0], "dnn_times": [30, 60],
+         "eta_quad": 0.1}
+    p = {"students": ["quad:1:0.1"], "link": "pr_clip", "clip": 6.0}
+
+    def cell(status, root=7.0):
+        a = {k: np.full((1, 1, 1, 1, 2), v) for k, v in dict(delta_nn=root, lo=6.8, hi=7.2, root_mc_se=0.1,
+                                                              edge=0.01, edge_se=0.001, status=status).items()}
+        return st.Result(a, {"params": q})
+    DL = st.Result({"horizons": np.array([40]), "lo": np.array([3.0]), "hi": np.array([16.0]),
+                    "root": np.array([np.nan]), "root_mc_se": np.array([np.nan]), "status": np.array([3.0])},
+                   {"params": {"eta_quad": 0.1}})
+    ok = ch4.thresholds(cell(0.0), DL, p)
+    assert ok["delta_nn"] == 7.0 and math.isclose(ok["delta_nn_unc"], math.hypot(0.2, 0.1))
+    assert "δ_NN(t = 60) = 7.00" in ok["text"] and "no sign change" in ok["text"] and not ok["dagger"]
+    assert "DMFT broke down" in ch4.thresholds(cell(4.0, np.nan), DL, p)["text"]
+    assert "not computed this student" in ch4.thresholds(cell(np.nan, np.nan), DL, p)["text"]

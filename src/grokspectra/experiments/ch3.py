@@ -585,14 +585,16 @@ def dlin_low_sentence(DL, L) -> str:
     M = np.abs(np.asarray(L["M"][0], float))
     T = len(M) - 1
     late = (M[T] - M[T // 2]) / max(M[T] - M[0], 1e-300)
-    txt = (f"at δ = {lo:g}, well below every threshold in this chapter, c_T is {'; '.join(parts)}. "
+    txt = (f"at the lower end of the bracket, δ = {lo:g}, c_T is {'; '.join(parts)}. "
            + (f"In {undecided} of {len(parts)} horizons its sign is undecided even at the largest path count. "
               if undecided else "")
-           + f"The trajectories above show why: at δ = {float(L['deltas'][0]):g} the hard overlap does not decay, it "
-           f"grows by a factor {M[T] / M[0]:.1f} over {T} steps, {100 * late:.0f} % of that in the second half, and "
-           "levels off. Below the threshold c_T therefore tends to zero from above instead of turning negative, and "
-           "a sign test separates 'still growing' from 'levelling off' only as far as the paths resolve a small "
-           "positive number from zero.")
+           + (f"The trajectories above show why: at δ = {float(L['deltas'][0]):g} the hard overlap does not decay, "
+              f"it grows by a factor {M[T] / M[0]:.1f} over {T} steps, only {100 * late:.0f} % of that in the second "
+              "half: it levels off. Below the threshold c_T therefore tends to zero from above instead of turning "
+              "negative, and a sign test separates 'still growing' from 'levelling off' only as far as the paths "
+              "resolve a small positive number from zero." if M[T] > M[0] and late < 0.5 else
+              f"At δ = {float(L['deltas'][0]):g} the hard overlap changes by a factor {M[T] / M[0]:.2f} over {T} "
+              f"steps, {100 * late:.0f} % of that in the second half."))
     return txt
 
 

@@ -520,7 +520,7 @@ def thresholds(Dn, DL, p: dict) -> dict:
         v, lo, hi, se = (float(Dn[k][idx]) for k in ("delta_nn", "lo", "hi", "root_mc_se"))
         e, ese = float(Dn["edge"][idx]), float(Dn["edge_se"][idx])
         out.update(delta_nn=v, delta_nn_unc=math.hypot(0.5 * (hi - lo), se), t=int(q["dnn_times"][-1]),
-                   dagger=bool(e + 2 * ese < 0), dnn_status=float(Dn["status"][idx]) if "status" in Dn else nan)
+                   dagger=bool(e + 2 * ese < 0), dnn_status=float(Dn["status"][idx]))
     lin_ok = act == "quad" and m == 1 and p["link"] == "pr_clip" and p["clip"] == 6.0 and abs(eta - ql["eta_quad"]) < 1e-12
     if lin_ok:
         i = len(DL["horizons"]) - 1
