@@ -525,3 +525,16 @@ def test_thresholds_say_why_there_is_no_delta_nn():
     assert "δ_NN(t = 60) = 7.00" in ok["text"] and "no sign change" in ok["text"] and not ok["dagger"]
     assert "DMFT broke down" in ch4.thresholds(cell(4.0, np.nan), DL, p)["text"]
     assert "not computed this student" in ch4.thresholds(cell(np.nan, np.nan), DL, p)["text"]
+
+
+def test_gap_sentence_measures_gd_against_delta_nn_of_every_t():
+    """ch4.gap_sentence: δ_c(d_max) and δ_c(∞) against δ_NN(t) with the gap in combined uncertainties, and the
+    direction δ_NN(t) moves with t; "" without a δ_NN."""
+    thr = {"by_t": [(30, 7.6, 0.05), (60, 8.8, 0.05)]}
+    A = {"loc": np.array([[5.0, 5.5]]), "loc_se": np.array([[0.2, 0.15]])}
+    fss = {"mid": 5.7, "stat": 0.8, "syst": 0.2}
+    s = ch4.gap_sentence(thr, fss, A, np.array([1000, 4000]))
+    z = 3.1 / math.hypot(0.8, 0.2, 0.05)
+    assert "d = 4000, δ_c = 5.50 ± 0.15, lies 3.30 below δ_NN(t = 60) = 8.80" in s
+    assert f"{z:.1f} combined uncertainties below" in s and "away from GD's threshold" in s
+    assert ch4.gap_sentence({"by_t": [(60, float("nan"), 0.1)]}, fss, A, [1000, 4000]) == ""

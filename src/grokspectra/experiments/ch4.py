@@ -511,7 +511,7 @@ def thresholds(Dn, DL, p: dict) -> dict:
     q, ql = Dn.meta["params"], DL.meta["params"]
     nan = float("nan")
     out = {"delta_nn": nan, "delta_nn_unc": nan, "t": 0, "dagger": False, "delta_lin": nan, "delta_lin_unc": nan,
-           "lin_T": 0, "lin_lo": nan, "lin_hi": nan, "lin_why": "", "text": ""}
+           "lin_T": 0, "lin_lo": nan, "lin_hi": nan, "lin_why": "", "by_t": [], "text": ""}
     same = (act in q["dnn_acts"] and m in q["dnn_ms"] and p["link"] in q["dnn_links"] and 1.0 in q["dnn_scales"]
             and abs(q[f"eta_{act}"] * m - eta) < 1e-12 and (p["link"] != "pr_clip" or p["clip"] == 6.0))
     if same:
@@ -519,6 +519,10 @@ def thresholds(Dn, DL, p: dict) -> dict:
                q["dnn_scales"].index(1.0), len(q["dnn_times"]) - 1)
         v, lo, hi, se = (float(Dn[k][idx]) for k in ("delta_nn", "lo", "hi", "root_mc_se"))
         e, ese = float(Dn["edge"][idx]), float(Dn["edge_se"][idx])
+        out["by_t"] = [(int(t), float(Dn["delta_nn"][idx[:4] + (it,)]),
+                        math.hypot(0.5 * float(Dn["hi"][idx[:4] + (it,)] - Dn["lo"][idx[:4] + (it,)]),
+                                   float(Dn["root_mc_se"][idx[:4] + (it,)])))
+                       for it, t in enumerate(q["dnn_times"])]
         out.update(delta_nn=v, delta_nn_unc=math.hypot(0.5 * (hi - lo), se), t=int(q["dnn_times"][-1]),
                    dagger=bool(e + 2 * ese < 0), dnn_status=float(Dn["status"][idx]))
     lin_ok = act == "quad" and m == 1 and p["link"] == "pr_clip" and p["clip"] == 6.0 and abs(eta - ql["eta_quad"]) < 1e-12
@@ -575,6 +579,33 @@ def finite_size_laws(d, loc, se) -> dict:
     lims = [v["limit"] for v in fits.values()]
     return {"fits": fits, "d": d[ok], "loc": loc[ok], "se": se[ok], "syst": 0.5 * (max(lims) - min(lims)),
             "mid": 0.5 * (max(lims) + min(lims)), "stat": max(v["limit_se"] for v in fits.values())}
+
+
+def gap_sentence(thr: dict, fss: dict, A: dict, dd) -> str:
+    """Where GD's transition sits relative to δ_NN(t) of chapter 3, in words: δ_c at the largest d and δ_c(∞)
+    against δ_NN at every t computed, each gap in units of the combined uncertainty, and whether δ_NN(t) moves
+    towards or away from GD's threshold as t grows. "" when either side is missing."""
+    pts = [(t, v, u) for t, v, u in thr.get("by_t", []) if np.isfinite(v)]
+    loc, se = float(A["loc"][0, -1]), float(A["loc_se"][0, -1])
+    if not pts or not np.isfinite(loc):
+        return ""
+    t1, v1, u1 = pts[-1]
+    parts = [f"GD's transition at d = {int(dd[-1])}, δ_c = {loc:.2f}"
+             + (f" ± {se:.2f}" if np.isfinite(se) else "")
+             + f", lies {abs(v1 - loc):.2f} {'below' if loc < v1 else 'above'} δ_NN(t = {t1}) = {v1:.2f} ± {u1:.2f}"]
+    if fss:
+        z = abs(fss["mid"] - v1) / math.hypot(fss["stat"], fss["syst"], u1)
+        parts.append(f"its extrapolation δ_c(∞) = {fss['mid']:.2f} is {z:.1f} combined uncertainties "
+                     f"{'below' if fss['mid'] < v1 else 'above'} it")
+    txt = "; ".join(parts) + "."
+    if len(pts) >= 2:
+        t0, v0, _ = pts[0]
+        away = abs(v1 - loc) > abs(v0 - loc)
+        txt += (f" From t = {t0} to t = {t1} δ_NN(t) moves from {v0:.2f} to {v1:.2f}, "
+                + ("away from" if away else "towards") + " GD's threshold"
+                + (": reading the criterion later, closer to the end of the first phase, widens the gap."
+                   if away else "."))
+    return txt
 
 
 def threshold_table(thr: dict, fss: dict, A: dict, dd, dalg: float) -> str:
