@@ -469,6 +469,7 @@ def test_dlin_reports_each_horizon_with_its_evidence(tmp_path, monkeypatch):
         return (-1.0) ** rep if delta < 4 else 1.0 + 0.01 * rep
     monkeypatch.setattr(ch3, "lin_rate", fake)
     e = ex.find("ch3.dlin")
+    monkeypatch.setattr(e, "_code", None)  # the version hashed with the fake must not outlive this test
     base = load_profile("ci", e.section)
     P = {**{k: v for k, v in base.items() if k != "profile"}, "device": "cpu", "dlin_horizons": [8, 16, 24],
          "dlin_N0": 1000, "dlin_Nmax": 4000, "dlin_reps": 2, "dlin_rtol": 0.05, "dlin_lo": 3.0, "dlin_hi": 12.0}
@@ -494,6 +495,7 @@ def test_dnn_cell_records_a_dmft_breakdown_as_its_outcome(tmp_path, monkeypatch)
         raise dmft.DMFTError("covariance of w^0..w^3 is not positive definite")
     monkeypatch.setattr(ch3.dmft, "run_dmft", broken)
     e = ex.find("ch3.dnn")
+    monkeypatch.setattr(e, "_code", None)  # the version hashed with the fake must not outlive this test
     base = load_profile("ci", e.section)
     P = {**{k: v for k, v in base.items() if k != "profile"}, "device": "cpu", "dnn_acts": ["quad"], "dnn_ms": [1],
          "dnn_links": ["pr_clip"], "dnn_scales": [1.0], "dnn_times": [2, 4], "dnn_N": 1000, "dnn_Nmax": 1000,
