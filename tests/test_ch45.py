@@ -540,3 +540,57 @@ def test_gap_sentence_measures_gd_against_delta_nn_of_every_t():
     assert "d = 4000, δ_c = 5.50 ± 0.15, lies 3.30 below δ_NN(t = 60) = 8.80" in s
     assert f"{z:.1f} combined uncertainties below" in s and "away from GD's threshold" in s
     assert ch4.gap_sentence({"by_t": [(60, float("nan"), 0.1)]}, fss, A, [1000, 4000]) == ""
+
+
+def test_censored_median_counts_runs_that_never_escape():
+    """The median of all runs with non-escapes as +inf: finite only when more than half escape, and larger than the
+    median of the escaping runs alone (which is biased low near the threshold)."""
+    from grokspectra.experiments import ch5
+    h = np.array([[10.0, 20.0, 30.0, np.nan, np.nan], [10.0, 20.0, np.nan, np.nan, np.nan]])
+    med = ch5.censored_median(h)
+    assert med[0] == 30.0 and np.isinf(med[1])
+    assert med[0] > np.nanmedian(h[0])
+    assert np.allclose(ch5.late_fraction(h, 15.0), [2 / 5, 1 / 5])
+
+
+def test_size_law_fits_tell_log_from_linear_growth():
+    """Escape steps t = 20 + 8 log d + noise (sd 3, 64 runs, 10 % never escape) at four d: the log law recovers
+    b = 8 within 3 s.e. and is not rejected; t = d/20 + noise is rejected by the log law (p < 1e-6) and fits the
+    power law with α = 1 within 3 s.e. With fewer than three usable d there is no fit."""
+    from grokspectra.experiments import ch5
+    rng = np.random.default_rng(5)
+    dd = np.array([500, 1000, 2000, 4000])
+    R = 64
+    log_law = 20 + 8 * np.log(dd)[:, None] + rng.normal(0, 3, (4, R))
+    log_law[rng.random((4, R)) < 0.1] = np.nan
+    f = ch5.size_law_fits(log_law, dd, reps=800)
+    assert f["used"].all() and abs(f["log"]["b"] - 8) < 3 * f["log"]["b_se"] and f["log"]["p"] > 0.01
+    lin = dd[:, None] / 20 + rng.normal(0, 3, (4, R))
+    g = ch5.size_law_fits(lin, dd, reps=800)
+    assert g["log"]["p"] < 1e-6 and abs(g["power"]["b"] - 1) < 3 * g["power"]["b_se"]
+    few = log_law.copy()
+    few[:2, : R // 2 + 1] = np.nan  # two d where most runs never escape: median infinite
+    h = ch5.size_law_fits(few, dd, reps=200)
+    assert h["log"] is None and h["used"].sum() == 2
+
+
+def test_gd_threshold_picks_the_student_and_d():
+    from grokspectra.experiments import ch5
+    A = {"loc": np.array([[5.0, 5.3], [9.0, 9.5]]), "loc_se": np.array([[0.1, 0.2], [0.3, 0.4]])}
+    assert ch5.gd_threshold(A, ["quad:1:0.1", "gelu:2:2.0"], [500, 1000], "quad:1:0.1", 1000) == (5.3, 0.2)
+    assert np.isnan(ch5.gd_threshold(A, ["quad:1:0.1"], [500, 1000], "gelu:1:1.0", 1000)[0])
+    assert np.isnan(ch5.gd_threshold(A, ["quad:1:0.1"], [500, 1000], "quad:1:0.1", 4000)[0])
+
+
+def test_plateau_units_cover_every_seed_and_reduce_by_d(tmp_path):
+    """The plateau scan at CI size computes every (d, seed) once and assembles [d, seed, T+1] in d order; the
+    overlap starts at the random-init level and is a cosine."""
+    from grokspectra import store as st
+    from grokspectra.experiments import ch5
+    from grokspectra.params import load_profile
+    P = ch5.SCHEMA.validate({**load_profile("ci", ch5.SECTION), "profile": "ci", "plateau_d_list": [64, 128],
+                             "plateau_seeds": 3, "plateau_T": 20, "n_test": 256})
+    R = ch5.plateau.run(P, store=st.Store(tmp_path), show=False)
+    assert R["cos"].shape == (2, 3, 21) and list(R["d_list"]) == [64, 128] and float(R["delta"]) == P["plateau_delta"]
+    assert np.all((R["cos"] >= 0) & (R["cos"] <= 1)) and np.all(np.isfinite(R["train"]))
+    assert np.all(R["cos"][:, :, 0] < 0.6)

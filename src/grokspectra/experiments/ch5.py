@@ -44,6 +44,10 @@ SCHEMA = Schema(
     Param("tgrok_deltas", list, of=float, lo=0.25, hi=64.0, help="δ values of the time-to-grok scan"),
     Param("tgrok_seeds", int, lo=2, hi=4096, help="runs per δ of the time-to-grok scan"),
     Param("tgrok_T", int, lo=10, hi=100000, help="GD steps of the time-to-grok scan"),
+    Param("plateau_delta", float, lo=0.25, hi=64.0, help="δ just above GD's threshold (plateau against d)"),
+    Param("plateau_d_list", list, of=int, lo=16, hi=20000, help="input dimensions of the plateau scan"),
+    Param("plateau_seeds", int, lo=2, hi=4096, help="runs per d of the plateau scan"),
+    Param("plateau_T", int, lo=10, hi=100000, help="GD steps of the plateau scan"),
     Param("threshold", float, lo=0.05, hi=0.99, help="grokked: max_j |cos(θ_j, θ_*)| reaches this"),
     Param("n_test", int, lo=256, hi=1000000, help="fresh samples for the test risk"),
     Param("seed", int, lo=0, hi=2**31 - 1, help="base random seed"),
@@ -82,6 +86,68 @@ def predicted_escape(t0: float, lam, ov, mv, eta: float, threshold: float):
     so it reaches the threshold at t0 + log(threshold / (√ov · mv)) / log(1 + η|λ|) (∞ when λ ≥ 0)."""
     m0 = np.sqrt(np.asarray(ov, float)) * np.asarray(mv, float)
     return t0 + tr.predicted_escape_time(lam, eta, np.maximum(m0, 1e-300), threshold)
+
+
+def censored_median(t_hit):
+    """Median escape step over the last axis, with runs that never escape (nan) counted as beyond the budget.
+
+    The median is then finite only where more than half of the runs escape, and it is the median of all runs, not
+    of the escaping ones: near the threshold the latter leaves out the slowest runs and is biased low, which hides
+    the divergence of the time to grok."""
+    h = np.asarray(t_hit, float)
+    return np.median(np.where(np.isfinite(h), h, np.inf), -1)
+
+
+def late_fraction(t_hit, t0: float):
+    """Fraction of all runs (last axis) that escape after the plateau time t0: the runs with a plateau."""
+    h = np.asarray(t_hit, float)
+    return (np.isfinite(h) & (h > t0)).mean(-1)
+
+
+def size_law_fits(t_hit, d_list, *, reps: int = 2000, seed: int = 0) -> dict:
+    """The censored median escape step [d] of runs ``t_hit`` [d, seed] (:func:`censored_median`) fitted with two
+    finite-size laws by weighted least squares: t = a + b·log d (eq. ch5-tgrok, m₀ ∝ d^{-1/2}) and t = c·d^α.
+
+    The error of each median is half the 16–84 % range of its bootstrap over seeds, which stays defined when a few
+    resamples have an infinite (censored) median; a d whose median or range is not finite is left out. Each law
+    reports its coefficients, the standard error of the slope (b or α), χ² with (number of d − 2) degrees of
+    freedom and its p-value; ``None`` for both laws with fewer than three usable d."""
+    from scipy import stats
+
+    h = np.asarray(t_hit, float)
+    dd = np.asarray(d_list, float)
+    med = censored_median(h)
+    rng = np.random.default_rng(seed)
+    R = h.shape[-1]
+    boot = censored_median(h[:, rng.integers(0, R, (reps, R))])  # [d, reps]
+    with np.errstate(invalid="ignore"):  # inf − inf between two censored resamples: nan, that d is left out
+        lo, hi = np.percentile(boot, [16, 84], axis=-1)
+    se = 0.5 * (hi - lo)
+    ok = np.isfinite(med) & np.isfinite(se) & (se > 0)
+    out = {"med": med, "se": se, "used": ok, "log": None, "power": None}
+    if ok.sum() < 3:
+        return out
+    x, y, s = np.log(dd[ok]), med[ok], se[ok]
+    for name, X, Y, S in (("log", x, y, s), ("power", x, np.log(y), s / y)):
+        A = np.stack([np.ones_like(X), X], 1)
+        W = 1 / S ** 2
+        cov = np.linalg.inv(A.T @ (W[:, None] * A))
+        beta = cov @ A.T @ (W * Y)
+        chi2 = float(np.sum(W * (Y - A @ beta) ** 2))
+        dof = int(ok.sum()) - 2
+        out[name] = {"a": float(beta[0]), "b": float(beta[1]), "b_se": float(math.sqrt(cov[1, 1])), "chi2": chi2,
+                     "dof": dof, "p": float(stats.chi2.sf(chi2, dof)) if dof > 0 else float("nan")}
+    return out
+
+
+def gd_threshold(A: dict, students: list[str], d_list, student: str, d: int) -> tuple[float, float]:
+    """GD's 50 % success point δ_c(d) ± s.e. of chapter 4 (``ch4.analyse_sweep``'s ``A``) for one student and d;
+    (nan, nan) when that sweep has no such student or d."""
+    dd = [int(x) for x in d_list]
+    if student not in list(students) or int(d) not in dd:
+        return float("nan"), float("nan")
+    s, j = list(students).index(student), dd.index(int(d))
+    return float(A["loc"][s, j]), float(A["loc_se"][s, j])
 
 
 # --- cost model of `run --dry-run`: about seconds on one CPU thread (measured); the timed probe rescales it ----------
@@ -247,3 +313,67 @@ def tgrok(u: dict, device: torch.device) -> dict:
     o.update(cos=hard_cos(out["M"], out["Q"]).cpu().numpy(), test=out["test"].cpu().numpy(),
              train=out["train"].cpu().numpy())
     return o
+
+
+PLATEAU_KEYS = ("cos", "test", "train")
+
+
+def _plateau_units(p: dict) -> list[dict]:
+    """One unit per (d, block of seeds) at plateau_delta, seeded from its own indices."""
+    dl = p["plateau_delta"]
+    units = []
+    for di, d in enumerate(p["plateau_d_list"]):
+        n = max(1, round(dl * d))
+        for bi, (b0, k) in enumerate(_blocks(p["plateau_seeds"], n, d)):
+            units.append({"student": p["student"], "link": p["link"], "clip": p["clip"], "d": int(d), "n": n,
+                          "trials": k, "T": p["plateau_T"], "n_test": p["n_test"], "dtype": p["dtype"],
+                          "seed": p["seed"] + 5_000_000 + 1000 * di + 7919 * bi})
+    return units
+
+
+def _plateau_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
+    out = {k: np.stack([np.concatenate([r[k] for u, r in zip(units, results) if u["d"] == int(d)])
+                        for d in p["plateau_d_list"]]) for k in PLATEAU_KEYS}  # [d, seed, T+1]
+    out["d_list"] = np.asarray(p["plateau_d_list"])
+    out["delta"] = np.asarray(float(p["plateau_delta"]))
+    return out
+
+
+def _plateau_cost(u: dict) -> float:
+    """GD only (trials·n·d·T)."""
+    return costs.gd_s(u["n"], u["d"], parse_student(u["student"])[1], u["T"], u["trials"], u["n_test"])
+
+
+def _plateau_shrink(u: dict) -> dict:
+    """Two seeds, d ≤ 200 at the same δ, 100 steps."""
+    d = min(u["d"], 200)
+    return {**u, "d": d, "n": max(1, round(u["n"] / u["d"] * d)), "trials": min(u["trials"], 2),
+            "T": min(u["T"], 100)}
+
+
+@experiment(SECTION, keys=["student", "link", "clip", "plateau_delta", "plateau_d_list", "plateau_seeds",
+                           "plateau_T", "n_test", "seed", "dtype"], units=_plateau_units, reduce=_plateau_reduce,
+            cost=_plateau_cost, shrink=_plateau_shrink)
+def plateau(u: dict, device: torch.device) -> dict:
+    """Escape from the plateau against d at one δ just above GD's threshold (chapter 5, eq. ch5-tgrok: the plateau
+    grows like log d), for a block of seeds; GD curves only, no Hessian.
+
+    Parameters
+    ----------
+    u : dict
+        One unit: ``student``, ``link``, ``clip``, ``d``, ``n``, ``trials``, ``T``, ``n_test``, ``dtype``, ``seed``.
+    device : torch.device
+
+    Returns
+    -------
+    dict of ndarray
+        ``cos``, ``test``, ``train`` [seed, T+1]. The assembled experiment holds them as [d, seed, T+1], with
+        ``d_list`` and ``delta``.
+    """
+    act, m, eta = parse_student(u["student"])
+    lk = mi.link(u["link"], c=u["clip"] if u["link"] == "pr_clip" else None)
+    prob = mi.sample_problem(u["d"], u["n"], 1, lk, trials=u["trials"], device=device, dtype=get_dtype(u["dtype"]),
+                             generator=u["seed"])
+    out = mi.run_gd(prob, m, eta, u["T"], act=act, n_test=u["n_test"], generator=u["seed"] + 1)
+    return {"cos": hard_cos(out["M"], out["Q"]).cpu().numpy(), "test": out["test"].cpu().numpy(),
+            "train": out["train"].cpu().numpy()}
