@@ -627,7 +627,8 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile:
 
     rows = []
     d = int(O.meta["params"]["out_d"])
-    # 1. outlier equation vs GD Hessians, per student at the largest δ with ≥ 2 non-escaped predicted seeds
+    # 1. outlier equation vs GD Hessians, per student at the δ with the most non-escaped seeds that have a predicted
+    #    outlier (at least 2; ties: the largest δ), so that the row is judged on the most data
     for name in ("gelu", "quad"):
         cand = [r for r in split[name] if r["predicted"] >= 2]
         st = STUDENTS[name]
@@ -638,7 +639,7 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile:
                 "eq. app-outlier", "equal", "no δ with two non-escaped seeds that have an outlier", None),
                 f"{prof(O)}: d = {d}"))
             continue
-        r = max(cand, key=lambda r: r["delta"])
+        r = max(cand, key=lambda r: (r["predicted"], r["delta"]))
         row = report.Claim(
             f"hard outlier of the GD Hessian = root of Φ_t on the run's own weights ({label}, δ = {r['delta']:g})",
             "eq. app-outlier; mechanism of [MW26]", "difference 0",
