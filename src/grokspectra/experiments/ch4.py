@@ -581,12 +581,13 @@ def finite_size_laws(d, loc, se) -> dict:
             "mid": 0.5 * (max(lims) + min(lims)), "stat": max(v["limit_se"] for v in fits.values())}
 
 
-def gap_sentence(thr: dict, fss: dict, A: dict, dd) -> str:
+def gap_sentence(thr: dict, fss: dict, A: dict, dd, si: int = 0) -> str:
     """Where GD's transition sits relative to δ_NN(t) of chapter 3, in words: δ_c at the largest d and δ_c(∞)
     against δ_NN at every t computed, each gap in units of the combined uncertainty, and whether δ_NN(t) moves
-    towards or away from GD's threshold as t grows. "" when either side is missing."""
+    towards or away from GD's threshold as t grows; for the student ``si`` of ``A``. "" when either side is
+    missing."""
     pts = [(t, v, u) for t, v, u in thr.get("by_t", []) if np.isfinite(v)]
-    loc, se = float(A["loc"][0, -1]), float(A["loc_se"][0, -1])
+    loc, se = float(A["loc"][si, -1]), float(A["loc_se"][si, -1])
     if not pts or not np.isfinite(loc):
         return ""
     t1, v1, u1 = pts[-1]
@@ -608,9 +609,9 @@ def gap_sentence(thr: dict, fss: dict, A: dict, dd) -> str:
     return txt
 
 
-def threshold_table(thr: dict, fss: dict, A: dict, dd, dalg: float) -> str:
+def threshold_table(thr: dict, fss: dict, A: dict, dd, dalg: float, si: int = 0) -> str:
     """The chapter's comparison of δ_NN(t), δ_lin(T), δ_c(∞) under each finite-size law (and combined), δ_c at the
-    largest d and δ_alg, each with its uncertainty, as a markdown table."""
+    largest d and δ_alg, each with its uncertainty, as a markdown table; for the student ``si`` of ``A``."""
     f = lambda v: "–" if not np.isfinite(v) else f"{v:.2f}"  # noqa: E731
     rows = ["| threshold | how it is computed | value | uncertainty |", "|---|---|---|---|"]
     rows.append(f"| δ_NN($t$ = {thr['t']}){'†' if thr['dagger'] else ''} | Hessian criterion on the DMFT law (ch. 3) | "
@@ -627,8 +628,8 @@ def threshold_table(thr: dict, fss: dict, A: dict, dd, dalg: float) -> str:
             rows.append(f"| δ_c(∞), ${lab}$ law | extrapolated GD success curve | {f(g['limit'])} | "
                         f"± {f(g['limit_se'])} (stat.; χ² = {g['chi2']:.1f} for {g['dof']} dof) |")
         rows.append(f"| δ_c(∞) | both laws | {f(fss['mid'])} | ± {f(fss['stat'])} (stat.) ± {f(fss['syst'])} (syst.) |")
-    rows.append(f"| δ_c($d$ = {int(dd[-1])}) | logistic fit at the largest $d$ | {f(float(A['loc'][0, -1]))} | "
-                f"± {f(float(A['loc_se'][0, -1]))} |")
+    rows.append(f"| δ_c($d$ = {int(dd[-1])}) | logistic fit at the largest $d$ | {f(float(A['loc'][si, -1]))} | "
+                f"± {f(float(A['loc_se'][si, -1]))} |")
     rows.append(f"| δ_alg | eq. ch4-dalg | {dalg:.3f} | exact |")
     return "\n".join(rows)
 
