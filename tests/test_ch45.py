@@ -540,6 +540,15 @@ def test_gap_sentence_measures_gd_against_delta_nn_of_every_t():
     assert "d = 4000, δ_c = 5.50 ± 0.15, lies 3.30 below δ_NN(t = 60) = 8.80" in s
     assert f"{z:.1f} combined uncertainties below" in s and "away from GD's threshold" in s
     assert ch4.gap_sentence({"by_t": [(60, float("nan"), 0.1)]}, fss, A, [1000, 4000]) == ""
+    # the second student of the sweep: its own δ_c
+    A2 = {"loc": np.array([[5.0, 5.5], [6.0, 6.7]]), "loc_se": np.array([[0.2, 0.15], [0.3, 0.25]])}
+    s2 = ch4.gap_sentence(thr, fss, A2, np.array([1000, 4000]), si=1)
+    assert "δ_c = 6.70 ± 0.25, lies 2.10 below" in s2
+    thr_t = {**thr, "t": 60, "dagger": True, "delta_nn": 8.8, "delta_nn_unc": 0.05, "delta_lin": float("nan"),
+             "lin_T": 0}
+    fss_t = {**fss, "fits": {f: {"limit": 7.0, "limit_se": 0.5, "chi2": 1.0, "dof": 2} for f in ch4.FSS_LAWS}}
+    tab = ch4.threshold_table(thr_t, fss_t, A2, np.array([1000, 4000]), 0.5, si=1)
+    assert "| δ_c($d$ = 4000) | logistic fit at the largest $d$ | 6.70 | ± 0.25 |" in tab and "δ_lin" not in tab
 
 
 def test_censored_median_counts_runs_that_never_escape():
