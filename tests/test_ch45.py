@@ -603,3 +603,13 @@ def test_plateau_units_cover_every_seed_and_reduce_by_d(tmp_path):
     assert R["cos"].shape == (2, 3, 21) and list(R["d_list"]) == [64, 128] and float(R["delta"]) == P["plateau_delta"]
     assert np.all((R["cos"] >= 0) & (R["cos"] <= 1)) and np.all(np.isfinite(R["train"]))
     assert np.all(R["cos"][:, :, 0] < 0.6)
+
+
+def test_log_growth_verdict_separates_rejected_resolved_and_unresolved():
+    from grokspectra.experiments import ch5
+    assert ch5.log_growth_verdict({"b": 10.0, "b_se": 2.0, "p": 0.5})[0] is True
+    assert ch5.log_growth_verdict({"b": 10.0, "b_se": 2.0, "p": 0.001})[0] is False  # law rejected
+    assert ch5.log_growth_verdict({"b": -10.0, "b_se": 2.0, "p": 0.5})[0] is False  # resolved decrease
+    v, note = ch5.log_growth_verdict({"b": 35.0, "b_se": 108.0, "p": 0.36})
+    assert v is None and "not resolved" in note
+    assert ch5.log_growth_verdict(None)[0] is None

@@ -140,6 +140,21 @@ def size_law_fits(t_hit, d_list, *, reps: int = 2000, seed: int = 0) -> dict:
     return out
 
 
+def log_growth_verdict(fit: dict | None) -> tuple[bool | None, str]:
+    """Agreement of the claim "t_grok = a + b log d with b > 0" with a fit (``b``, ``b_se``, ``p``): ✗ (False) when
+    the law is rejected (p ≤ 0.01) or b is resolved below zero (b < −2 s.e.), ✓ (True) when the law is not
+    rejected and b > 2 s.e., undecided (None) when b is not resolved from zero: the seed spread of the escape step
+    then hides a growth of this size, which is no evidence against it. The second value states the rule."""
+    rule = "(✗: law rejected, p ≤ 0.01, or b < −2 s.e.; ✓: p > 0.01 and b > 2 s.e.; else undecided)"
+    if fit is None:
+        return None, rule
+    if fit["p"] <= 0.01 or fit["b"] < -2 * fit["b_se"]:
+        return False, rule
+    if fit["b"] > 2 * fit["b_se"]:
+        return True, rule
+    return None, "b not resolved from 0 at this seed count: " + rule
+
+
 def gd_threshold(A: dict, students: list[str], d_list, student: str, d: int) -> tuple[float, float]:
     """GD's 50 % success point δ_c(d) ± s.e. of chapter 4 (``ch4.analyse_sweep``'s ``A``) for one student and d;
     (nan, nan) when that sweep has no such student or d."""
