@@ -241,6 +241,23 @@ def fit_finite_size(d, value, se=None, *, form: str = "inv_log") -> FiniteSizeFi
                          form)
 
 
+def fit_line_wls(x, y, se) -> dict:
+    """Weighted least-squares line y = a + b·x with weights 1/se²: ``a``, ``b``, the standard error ``b_se`` of the
+    slope (from the weights, not rescaled), χ² with (points − 2) degrees of freedom, ``dof`` and the p-value ``p``
+    (nan without a degree of freedom). Used for the finite-size laws of the escape step (chapters 4 and 5)."""
+    from scipy import stats
+
+    x, y, se = (np.asarray(v, float).ravel() for v in (x, y, se))
+    A = np.stack([np.ones_like(x), x], 1)
+    W = 1 / se ** 2
+    cov = np.linalg.inv(A.T @ (W[:, None] * A))
+    beta = cov @ A.T @ (W * y)
+    chi2 = float(np.sum(W * (y - A @ beta) ** 2))
+    dof = x.size - 2
+    return {"a": float(beta[0]), "b": float(beta[1]), "b_se": float(math.sqrt(cov[1, 1])), "chi2": chi2, "dof": dof,
+            "p": float(stats.chi2.sf(chi2, dof)) if dof > 0 else float("nan")}
+
+
 def fit_power_law(x, y):
     """Least-squares fit of log y = log c + p log x. Returns (c, p, p_se); p_se is nan with two points."""
     x, y = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()

@@ -439,9 +439,8 @@ def crossing_log_fits(res, student: int = 0, reps: int = BOOT, seed: int = 0) ->
     """The median crossing step against d, fitted by t = a + b·log d (the escape time of eq. ch5-tgrok,
     log(τ/m₀)/log(1 + η|λ_out|) with m₀ ∝ d^{-1/2}, whose intercept may be negative), at every δ where every seed
     of every d succeeds (so the median is not censored by the budget). Standard errors of the medians from a
-    bootstrap over seeds; weighted least squares; χ² with (number of d − 2) degrees of freedom and its p-value."""
-    from scipy import stats
-
+    bootstrap over seeds; weighted least squares (``transitions.fit_line_wls``); χ² with (number of d − 2)
+    degrees of freedom and its p-value."""
     t_hit = np.asarray(res["t_hit"])[student]  # [d, δ, seed]
     dd = np.asarray(res["d_list"], float)
     rng = np.random.default_rng(seed)
@@ -456,14 +455,7 @@ def crossing_log_fits(res, student: int = 0, reps: int = BOOT, seed: int = 0) ->
         se = boot.std(-1, ddof=1)
         if not (se > 0).all():
             continue
-        X = np.stack([np.ones_like(dd), np.log(dd)], 1)
-        W = 1 / se ** 2
-        cov = np.linalg.inv(X.T @ (W[:, None] * X))
-        beta = cov @ X.T @ (W * med)
-        chi2 = float(np.sum(W * (med - X @ beta) ** 2))
-        dof = len(dd) - 2
-        out.append({"delta": float(dl), "med": med, "se": se, "a": float(beta[0]), "b": float(beta[1]),
-                    "b_se": float(math.sqrt(cov[1, 1])), "chi2": chi2, "dof": dof, "p": float(stats.chi2.sf(chi2, dof))})
+        out.append({"delta": float(dl), "med": med, "se": se, **tr.fit_line_wls(np.log(dd), med, se)})
     return out
 
 

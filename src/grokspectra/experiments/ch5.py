@@ -112,8 +112,6 @@ def size_law_fits(t_hit, d_list, *, reps: int = 2000, seed: int = 0) -> dict:
     resamples have an infinite (censored) median; a d whose median or range is not finite is left out. Each law
     reports its coefficients, the standard error of the slope (b or α), χ² with (number of d − 2) degrees of
     freedom and its p-value; ``None`` for both laws with fewer than three usable d."""
-    from scipy import stats
-
     h = np.asarray(t_hit, float)
     dd = np.asarray(d_list, float)
     med = censored_median(h)
@@ -128,15 +126,8 @@ def size_law_fits(t_hit, d_list, *, reps: int = 2000, seed: int = 0) -> dict:
     if ok.sum() < 3:
         return out
     x, y, s = np.log(dd[ok]), med[ok], se[ok]
-    for name, X, Y, S in (("log", x, y, s), ("power", x, np.log(y), s / y)):
-        A = np.stack([np.ones_like(X), X], 1)
-        W = 1 / S ** 2
-        cov = np.linalg.inv(A.T @ (W[:, None] * A))
-        beta = cov @ A.T @ (W * Y)
-        chi2 = float(np.sum(W * (Y - A @ beta) ** 2))
-        dof = int(ok.sum()) - 2
-        out[name] = {"a": float(beta[0]), "b": float(beta[1]), "b_se": float(math.sqrt(cov[1, 1])), "chi2": chi2,
-                     "dof": dof, "p": float(stats.chi2.sf(chi2, dof)) if dof > 0 else float("nan")}
+    out["log"] = tr.fit_line_wls(x, y, s)
+    out["power"] = tr.fit_line_wls(x, np.log(y), s / y)  # log t = log c + α log d, relative errors
     return out
 
 
