@@ -12,6 +12,8 @@ Experiments:
   grid activation × width × link × init scale, at each step of ``dnn_times``.
 * ``alg``: δ_alg = 1/2 of phase retrieval from the spectral method, in theory (m = 1, G = T(y)) and at finite d.
 * ``linear`` and ``dlin``: the linearised DMFT (eq. app-lin): trajectories, and its threshold δ_lin(T).
+* ``limit``: the Hessian criterion and the bulk edge of the Quad toy on a δ grid at many steps t (one DMFT run per
+  δ and path set serves every t): δ_NN(t) and the edge at it as functions of t, for their t → ∞ limit.
 
 Benchmark ``eig``: lowest eigenpairs of H at d = 4000, m = 4 (matrix-free Lanczos).
 """
@@ -73,6 +75,11 @@ SCHEMA = Schema(
     Param("dlin_rtol", float, lo=1e-3, hi=0.5, help="relative width of the δ_lin bracket"),
     Param("dlin_lo", float, lo=0.5, hi=100.0, help="lower end of the δ_lin bracket"),
     Param("dlin_hi", float, lo=0.5, hi=100.0, help="upper end of the δ_lin bracket"),
+    Param("lim_deltas", list, of=float, lo=0.5, hi=100.0, help="δ grid of the t → ∞ limit of δ_NN(t)"),
+    Param("lim_times", list, of=int, lo=1, hi=1000, help="steps t of δ_NN(t) on that grid"),
+    Param("lim_N", int, lo=1000, hi=10**7, help="DMFT paths per replicate of the δ_NN(t) grid"),
+    Param("lim_reps", int, lo=3, hi=64, help="independent path sets per δ of the δ_NN(t) grid"),
+    Param("lim_tmin", int, lo=1, hi=1000, help="earliest step t of the fits of δ_NN(t) and of the edge at it"),
     Param("seed", int, lo=0, hi=10**6, help="random seed"),
 )
 STUDENTS = {"quad": dict(act="quad", m=1, eta=0.1, link="pr_clip"), "gelu": dict(act="gelu", m=2, eta=2.0, link="pr_tanh")}
@@ -507,6 +514,60 @@ def dlin(p, device):
     return out
 
 
+def _limit_units(p: dict) -> list[dict]:
+    """One unit per δ of ``lim_deltas``: every replicate and every t of ``lim_times``."""
+    return [{"delta": float(dl), "times": list(p["lim_times"]), "N": p["lim_N"], "reps": p["lim_reps"],
+             "eta": p["eta_quad"], "seed": p["seed"]} for dl in p["lim_deltas"]]
+
+
+def _limit_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
+    out = {k: np.stack([r[k] for r in results]) for k in ("crit", "edge")}  # [δ, rep, t]
+    out.update(deltas=np.array(p["lim_deltas"], float), times=np.array(p["lim_times"]),
+               wall_s=np.array([float(r["wall_s"]) for r in results]))
+    return out
+
+
+def _limit_cost(u: dict) -> float:
+    """Replicates × (a DMFT run to max(times), N·T², m = 1, and a criterion per t)."""
+    return u["reps"] * (costs.dmft_s(u["N"], max(u["times"]), 1) + len(u["times"]) * costs.law_s(u["N"], 1))
+
+
+def _limit_shrink(u: dict) -> dict:
+    """Three replicates of 2000 paths, the two earliest steps."""
+    return {**u, "N": 2000, "reps": 3, "times": sorted(u["times"])[:2]}
+
+
+@experiment(SECTION, keys=["lim_deltas", "lim_times", "lim_N", "lim_reps", "eta_quad", "seed"], units=_limit_units,
+            reduce=_limit_reduce, cost=_limit_cost, shrink=_limit_shrink)
+def limit(u, device):
+    """The δ_NN criterion of the Quad toy (m = 1, y = min(z², 6), Q_0 = I, antithetic) on a grid: at one δ, for
+    ``reps`` independent path sets (common to every δ: the paths depend on (N, rep) only), one DMFT run to the
+    last step of ``times``, and at each t the criterion c = λ_min Φ_t(z₀) (eq. app-dnn; c < 0 ⇔ a negative
+    informative outlier) and the left edge of the bulk (eq. app-bulk). Returns ``crit``, ``edge`` [rep, t]; the
+    assembled experiment holds them as [δ, rep, t] with ``deltas``, ``times`` and ``wall_s`` [δ]. A criterion the
+    spectral solver cannot evaluate is an error, not a row."""
+    t0 = time.perf_counter()
+    lk = mi.link("pr_clip")
+    times, N = sorted(u["times"]), _even(u["N"])
+    crit, edge = [], []
+    for rep in range(u["reps"]):
+        def compute(rep=rep):
+            r = dmft.run_dmft("quad", lk, u["delta"], u["eta"], max(times), N, 1, Q0=np.eye(1), keep=times,
+                              device=device, generator=u["seed"] + 31 + 7919 * rep + 13 * N)
+            rows = []
+            for t in times:
+                c = sp.nn_criterion(*_law(r, t, "quad", lk), u["delta"])
+                rows.append([float(c["crit"]), float(c["edge"])])
+            return rows
+        rows = np.array(sweep.memo(f"{rep}", compute))
+        crit.append(rows[:, 0])
+        edge.append(rows[:, 1])
+    crit, edge = np.array(crit), np.array(edge)
+    if not (np.isfinite(crit).all() and np.isfinite(edge).all()):
+        raise sp.ConvergenceError(float("nan"), 0, float("nan"), f"δ_NN criterion at δ = {u['delta']:g}")
+    return {"crit": crit, "edge": edge, "wall_s": np.asarray(sweep.unit_elapsed(t0))}
+
+
 # --- analysis used by the chapter ----------------------------------------------------------------------------------
 def outlier_split(O, name: str, threshold: float = 0.5) -> list[dict]:
     """Per δ, the seeds of the outlier comparison split by whether GD has escaped (|cos(θ^t, θ_*)| ≥ ``threshold``)
@@ -616,10 +677,189 @@ def settle_sentence(rows: list, tol: float, lag: int, T: int) -> str:
     return (f"Over the last {lag} of {T} steps (tolerance {tol:g}): " + "; ".join(parts) + ".")
 
 
-def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile: str | None = None) -> list:
+def grid_root(deltas, c) -> dict:
+    """The threshold on a δ grid: the first crossing of the criterion ``c`` [δ] from ≥ 0 (no outlier) to < 0 (an
+    outlier), by linear interpolation, and by a quadratic through the crossing pair and its nearer outer neighbour
+    (their difference bounds the interpolation error). ``status``: "root"; "below grid" (c < 0 already at the
+    first δ); "above grid" (no crossing). ``crossings`` counts the sign changes (1 for a clean threshold)."""
+    x, y = np.asarray(deltas, float), np.asarray(c, float)
+    if x.ndim != 1 or y.shape != x.shape or x.size < 2 or np.any(np.diff(x) <= 0):
+        raise ValueError(f"need an increasing δ grid of ≥ 2 points and one criterion per δ; got {x}, {y.shape}")
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"non-finite criterion on the grid: {y}")
+    neg = y < 0
+    crossings = int(np.sum(neg[1:] != neg[:-1]))
+    nan = float("nan")
+    if neg[0]:
+        return {"root": nan, "quad": nan, "status": "below grid", "crossings": crossings, "i": -1}
+    if not neg.any():
+        return {"root": nan, "quad": nan, "status": "above grid", "crossings": crossings, "i": -1}
+    i = int(np.argmax(neg)) - 1  # y[i] ≥ 0 > y[i+1]
+    root = x[i] + y[i] * (x[i + 1] - x[i]) / (y[i] - y[i + 1])
+    j = [i - 1, i, i + 1] if i + 2 >= x.size or (i >= 1 and root - x[i] < x[i + 1] - root) else [i, i + 1, i + 2]
+    quad = root
+    if j[0] >= 0:
+        co = np.polyfit(x[j], y[j], 2)
+        rr = [float(r.real) for r in np.roots(co) if abs(r.imag) < 1e-12 and x[i] <= r.real <= x[i + 1]]
+        quad = min(rr, key=lambda r: abs(r - root)) if rr else root
+    return {"root": float(root), "quad": float(quad), "status": "root", "crossings": crossings, "i": i}
+
+
+def limit_roots(L) -> dict:
+    """δ_NN(t) and the bulk edge there from :func:`limit`'s grid ``crit``, ``edge`` [δ, rep, t]: per t the root of
+    the replicate-mean criterion (:func:`grid_root`), its jackknife standard error over replicates (the path sets
+    are common to every δ and t, so the leave-one-out roots carry the correlations between t), the interpolation
+    error |quadratic − linear|, and the mean edge linearly interpolated to the root. Also the leave-one-out values
+    ``root_jk``, ``edge_jk`` [rep, t] for :func:`limit_fits`."""
+    crit, edge = np.asarray(L["crit"], float), np.asarray(L["edge"], float)
+    deltas, R, nt = np.asarray(L["deltas"], float), crit.shape[1], crit.shape[2]
+    if R < 3:
+        raise ValueError(f"need ≥ 3 replicates for a jackknife, got {R}")
+
+    def at(idx):
+        cm, em = crit[:, idx].mean(1), edge[:, idx].mean(1)  # [δ, t]
+        g = [grid_root(deltas, cm[:, it]) for it in range(nt)]
+        e = [float(np.interp(r["root"], deltas, em[:, it])) if r["status"] == "root" else float("nan")
+             for it, r in enumerate(g)]
+        return g, np.array([r["root"] for r in g]), np.array(e)
+
+    g, root, e = at(np.arange(R))
+    jk = [at(np.delete(np.arange(R), j)) for j in range(R)]
+    root_jk, edge_jk = np.array([x[1] for x in jk]), np.array([x[2] for x in jk])
+
+    def jse(v):
+        return np.sqrt((R - 1) / R * np.sum((v - v.mean(0)) ** 2, axis=0))
+
+    return {"times": np.asarray(L["times"]), "root": root, "root_se": jse(root_jk),
+            "interp": np.abs(np.array([r["quad"] for r in g]) - root), "status": [r["status"] for r in g],
+            "crossings": np.array([r["crossings"] for r in g]), "edge": e, "edge_se": jse(edge_jk),
+            "root_jk": root_jk, "edge_jk": edge_jk, "reps": R}
+
+
+def _fit_power(t, y, w):
+    """y = y∞ − A t^(−a) by weighted least squares (a in [0.02, 4]); returns (y∞, A, a, χ²)."""
+    from scipy.optimize import curve_fit
+
+    f = lambda t, yi, A, a: yi - A * t ** (-a)  # noqa: E731
+    A0 = (y[-1] - y[0]) / max(t[0] ** -0.5 - t[-1] ** -0.5, 1e-9)
+    p, _ = curve_fit(f, t, y, p0=(y[-1] + A0 * t[-1] ** -0.5, A0, 0.5), sigma=1 / w,
+                     bounds=([-np.inf, -np.inf, 0.02], [np.inf, np.inf, 4.0]), maxfev=20000)
+    return (*map(float, p), float(np.sum((w * (y - f(t, *p))) ** 2)))
+
+
+def limit_fits(t, y, se, y_jk, *, t_min: int) -> dict:
+    """Two laws for a quantity y(t) (δ_NN(t) or the edge at it) over t ≥ ``t_min``: a power-law approach to a
+    finite limit, y = y∞ − A t^(−a), and unbounded logarithmic growth, y = b₀ + b₁ log t, each weighted by 1/se.
+    Parameter errors are jackknife errors: each law is refitted on every leave-one-out row of ``y_jk`` [rep, t],
+    which carries the correlation between steps (the same paths serve every t); the χ² values ignore that
+    correlation and are a guide only. Returns ``{"power": {...}, "log": {...}, "n": points}``."""
+    t, y, se, y_jk = (np.asarray(a, float) for a in (t, y, se, y_jk))
+    k = (t >= t_min) & np.isfinite(y) & np.isfinite(se) & np.all(np.isfinite(y_jk), axis=0)
+    if k.sum() < 4:
+        raise ValueError(f"need ≥ 4 finite points at t ≥ {t_min} for a three-parameter law; got {int(k.sum())}")
+    t, y, w, y_jk = t[k], y[k], 1 / np.maximum(se[k], 1e-12), y_jk[:, k]
+    R = y_jk.shape[0]
+
+    def jse(v):
+        v = np.asarray(v, float)
+        return float(np.sqrt((R - 1) / R * np.sum((v - v.mean(0)) ** 2, axis=0)))
+
+    yi, A, a, chi_p = _fit_power(t, y, w)
+    pj = np.array([_fit_power(t, yj, w)[:3] for yj in y_jk])
+    X = np.column_stack([np.ones_like(t), np.log(t)])
+    lin = lambda yy: np.linalg.lstsq(X * w[:, None], yy * w, rcond=None)[0]  # noqa: E731
+    b = lin(y)
+    bj = np.array([lin(yj) for yj in y_jk])
+    chi_l = float(np.sum((w * (y - X @ b)) ** 2))
+    n = int(k.sum())
+    return {"n": n, "t": t,
+            "power": {"inf": yi, "inf_se": jse(pj[:, 0]), "A": A, "a": a, "a_se": jse(pj[:, 2]), "chi2": chi_p,
+                      "dof": n - 3, "resid": (y - (yi - A * t ** -a)) * w},
+            "log": {"b0": float(b[0]), "b1": float(b[1]), "b1_se": jse(bj[:, 1]), "chi2": chi_l, "dof": n - 2,
+                    "resid": (y - X @ b) * w}}
+
+
+def limit_verdict(fd: dict, fe: dict) -> dict:
+    """What the two fits establish. The edge reaches the marginal value 0 when its power-law limit e∞ is within
+    2 jackknife s.e. of 0 (and resolved: s.e. < 0.1); δ_NN(t) has a finite limit when the exponent a of its power
+    law is more than 2 s.e. above 0 (otherwise the data cannot tell it from logarithmic growth). δ_NN(∞) is
+    then the power law's δ∞ ± s.e., and the book's limit definition applies only when both hold."""
+    pe, pd = fe["power"], fd["power"]
+    marginal = bool(abs(pe["inf"]) <= 2 * pe["inf_se"] and pe["inf_se"] < 0.1)
+    below = bool(pe["inf"] + 2 * pe["inf_se"] < 0)
+    finite = bool(pd["a"] > 2 * pd["a_se"])
+    return {"marginal": marginal, "edge_below": below, "finite": finite, "ok": marginal and finite}
+
+
+def limit_sentence(rt: dict, fd: dict, fe: dict, t_min: int) -> str:
+    """The section's result in words, from :func:`limit_roots` and the fits of δ_NN(t) (``fd``) and of the edge at
+    it (``fe``)."""
+    v = limit_verdict(fd, fe)
+    pd, pe, lg = fd["power"], fe["power"], fd["log"]
+    s = (f"Over t ≥ {t_min} ({fd['n']} steps, {rt['reps']} path sets), the bulk edge at the threshold follows "
+         f"e(t) = e∞ − B t^(−b) with e∞ = {pe['inf']:+.3f} ± {pe['inf_se']:.3f} and b = {pe['a']:.2f} ± "
+         f"{pe['a_se']:.2f}: ")
+    s += ("consistent with the marginal value 0, so the first phase ends only as t → ∞, at the edge of stability. "
+          if v["marginal"] else "significantly below 0: the dynamics does not approach a marginal point. "
+          if v["edge_below"] else "not resolved well enough to say whether it reaches 0. ")
+    s += (f"δ_NN(t) = δ∞ − A t^(−a) gives δ∞ = {pd['inf']:.2f} ± {pd['inf_se']:.2f} with a = {pd['a']:.2f} ± "
+          f"{pd['a_se']:.2f} (χ² = {pd['chi2']:.1f} on {pd['dof']} dof); unbounded growth b₀ + b₁ log t gives "
+          f"b₁ = {lg['b1']:.2f} ± {lg['b1_se']:.2f} (χ² = {lg['chi2']:.1f} on {lg['dof']} dof). ")
+    s += ("The exponent is resolved away from 0, so the limit is finite within the fit." if v["finite"] else
+          "The exponent is not resolved away from 0: these steps cannot tell a finite limit from slow unbounded "
+          "growth, and δ∞ is not established.")
+    return s
+
+
+def limit_dnn_sentence(rt: dict, Dn) -> str:
+    """The grid's δ_NN(t) (:func:`limit_roots`) against the bisection of ``dnn`` for the same student (Quad, m = 1,
+    first link and scale of the table) at the steps both have: the difference in units of the combined uncertainty
+    (jackknife s.e. and interpolation error; half-bracket and Monte-Carlo spread). "" when no step is shared."""
+    q = Dn.meta["params"]
+    if "quad" not in list(q["dnn_acts"]) or 1 not in list(q["dnn_ms"]):
+        return ""
+    c = (list(q["dnn_acts"]).index("quad"), list(q["dnn_ms"]).index(1), 0, 0)
+    parts = []
+    for it, t in enumerate(q["dnn_times"]):
+        j = np.flatnonzero(np.asarray(rt["times"]) == t)
+        if not j.size or Dn["status"][c][it] > 1 or rt["status"][j[0]] != "root":
+            continue
+        j = j[0]
+        a, b = float(rt["root"][j]), float(Dn["delta_nn"][c][it])
+        u = math.hypot(math.hypot(rt["root_se"][j], rt["interp"][j]),
+                       math.hypot(0.5 * (Dn["hi"][c][it] - Dn["lo"][c][it]), Dn["root_mc_se"][c][it]))
+        parts.append(f"{a:.2f} against {b:.2f} at t = {int(t)} ({abs(a - b) / u:.1f} combined uncertainties)")
+    if not parts:
+        return ""
+    return ("The grid and the bisection of the table above are independent computations (other paths, other δ); "
+            "they give " + "; ".join(parts) + ".")
+
+
+def limit_definition(rt: dict, fd: dict, fe: dict) -> str:
+    """The paragraph that says which δ_NN the book uses, from the verdict of :func:`limit_verdict`."""
+    v = limit_verdict(fd, fe)
+    if v["ok"]:
+        p = fd["power"]
+        return (f"**The definition this book uses.** The bulk edge reaches zero only as t → ∞, so δ_NN is the limit "
+                f"δ∞ of eq. (ch3-limit), {p['inf']:.2f} ± {p['inf_se']:.2f} for the Quad toy; the finite-t values of "
+                "the table above are lower estimates of it, and the chapters that compare GD with δ_NN (4 and 5) "
+                "use both.")
+    why = ("the edge does not approach zero" if v["edge_below"] else
+           "the fits do not establish that the edge reaches zero" if not v["marginal"] else
+           "δ_NN(t) is not shown to approach a finite limit")
+    return (f"**The definition this book uses.** Since the end of the first phase is out of reach and the limit "
+            f"t → ∞ is not established ({why}), the book's δ_NN is the finite-horizon value δ_NN(t) at the latest "
+            "step computed, with its uncertainty, and always marked with the step. We do not call it the paper's "
+            "δ_NN: it is a lower estimate if the upward drift with t continues, and the chapters that compare GD "
+            "with it (4 and 5) say so.")
+
+
+def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile: str | None = None,
+           limit: tuple | None = None) -> list:
     """The chapter's claims table (``report.Claim`` rows, each with the scale it was judged at: the profile of the
     result it rests on; ``profile`` is the notebook's, used where a result carries none, and ``settle_profile``
-    that of the convergence check)."""
+    that of the convergence check). ``limit`` = (result of :func:`limit`, :func:`limit_roots`, the fits of
+    δ_NN(t) and of the edge, t_min) adds the row of the limit t → ∞."""
     from .. import report
 
     def prof(R):
@@ -682,6 +922,21 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile:
             ("not established: drifts with t by more than twice its uncertainty, phase 1 has not ended" if drift
              else "not established: phase 1 has not ended")),
             f"{prof(Dn)}: {int(Dn.meta['params']['dnn_reps'])} path sets × ≤ {int(Dn.meta['params']['dnn_Nmax'])} paths"))
+    # 4b. the limit t → ∞ of δ_NN(t) and of the edge at it
+    if limit is not None:
+        Lm, rt, fd, fe, t_min = limit
+        v, p, pe = limit_verdict(fd, fe), fd["power"], fe["power"]
+        lp = Lm.meta["params"]
+        rows.append(report.at_scale(report.Claim(
+            "δ_NN(t) tends to a finite limit where the bulk edge reaches 0 (phase 1 ends as t → ∞)",
+            "our eq. ch3-limit; marginal stability (Sarao Mannelli et al. 2020)", "e∞ = 0 and a > 0",
+            f"e∞ = {pe['inf']:+.3f} ± {pe['inf_se']:.3f}; δ∞ = {p['inf']:.2f} ± {p['inf_se']:.2f}, "
+            f"a = {p['a']:.2f} ± {p['a_se']:.2f}",
+            True if v["ok"] else (False if v["edge_below"] else None),
+            "(|e∞| ≤ 2 s.e. and a > 2 s.e., jackknife)" + ("" if v["ok"] else
+                                                          "; not established" if not v["edge_below"] else "")),
+            f"{prof(Lm)}: {int(lp['lim_reps'])} path sets × {int(lp['lim_N'])} paths, t ≤ {int(max(lp['lim_times']))}, "
+            f"fits over t ≥ {t_min}"))
     # 5. δ_lin
     i = len(DL["horizons"]) - 1
     st = int(DL["status"][i])
