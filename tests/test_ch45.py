@@ -690,3 +690,17 @@ def test_limit_fits_on_logarithmic_growth():
     assert not (p["a"] > 2 * p["a_se"]) or p["inf"] > law(120) + 1.0
     with pytest.raises(ValueError):
         ch3.limit_fits(rt["times"][:3], rt["root"][:3], rt["root_se"][:3], rt["root_jk"][:, :3], t_min=20)
+
+
+def test_shown_value_follows_the_profile_of_the_shown_result():
+    """ch5.shown_value: a paper result shown in a CI build is analysed with the paper profile's t0 (read from
+    params/paper.yaml), a result of the notebook's own profile with the notebook's, and an unreadable profile
+    falls back to the notebook's value."""
+    from grokspectra.experiments import ch5
+    from grokspectra.params import load_profile
+    from grokspectra.store import Result
+    P = {"profile": "ci", "t0": 40}
+    paper_t0 = load_profile("paper", ch5.SECTION)["t0"]
+    assert ch5.shown_value(Result({}, {"profile": "paper"}), P, "t0") == paper_t0 != 40
+    assert ch5.shown_value(Result({}, {"profile": "ci"}), P, "t0") == 40
+    assert ch5.shown_value(Result({}, {"profile": "no-such-profile"}), P, "t0") == 40

@@ -484,3 +484,33 @@ def test_a_unit_interrupted_mid_way_resumes_from_its_checkpoint(tmp_path, monkey
     calls.clear()
     (r,) = sweep.run_units(e, [unit], profile="ci", store=store, device="cpu", show=False)
     assert len(calls) == 0 and np.array_equal(r["cell"], whole["cell"], equal_nan=True) and not path.exists()
+
+
+def test_keep_going_stores_every_unit_but_the_diverged_one(tmp_path, monkeypatch):
+    """A unit that diverges: without keep_going the sweep stops there (units after it are not computed); with it
+    every other unit is computed and stored and UnitsDiverged names the skipped unit. A rerun with the fault gone
+    computes only that unit."""
+    from grokspectra.device import DivergenceError
+
+    real = HEAD.fn
+    code = HEAD.code()
+
+    def faulty(u, device):
+        if u["seeds"] == [3] and u["eta"] > 0:
+            raise DivergenceError("synthetic divergence at step 7")
+        return real(u, device)
+
+    faulty.__module__ = real.__module__  # the experiment finds its parameter schema through its function's module
+    monkeypatch.setattr(HEAD, "fn", faulty)
+    monkeypatch.setattr(HEAD, "code", lambda: code)  # the same code version as the real function
+    with pytest.raises(DivergenceError) as e:
+        HEAD.run(TINY, store=st.Store(tmp_path / "a"), show=False)
+    assert not isinstance(e.value, sweep.UnitsDiverged) and "nothing was stored" in str(e.value)
+    assert len(list((tmp_path / "a").rglob("*.json"))) == 1  # unit 0 only: the sweep stopped at unit 1
+    with pytest.raises(sweep.UnitsDiverged) as e:
+        HEAD.run(TINY, store=st.Store(tmp_path / "b"), show=False, keep_going=True)
+    assert "1 of 4 units diverged" in str(e.value) and "unit 1" in str(e.value) and "step 7" in str(e.value)
+    assert len(list((tmp_path / "b").rglob("*.json"))) == 3
+    monkeypatch.setattr(HEAD, "fn", real)
+    r = HEAD.run(TINY, store=st.Store(tmp_path / "b"), show=False)
+    assert r.meta["units"] == 4 and len(list((tmp_path / "b").rglob("*.json"))) == 4

@@ -114,16 +114,24 @@ def cmd_run(a) -> int:
         executor = sweep.make_executor(a.workers, a.scheduler)
     except sweep.SweepError as err:
         raise SystemExit(f"error: {err}")
+    diverged = []  # experiments with units that diverged: the sweep goes on with every other unit and experiment
     try:
         for e, P in plans:
             t0 = time.perf_counter()
-            r = e.run(P, store=store, force=a.force, executor=executor)
+            try:
+                r = e.run(P, store=store, force=a.force, executor=executor, keep_going=True)
+            except sweep.UnitsDiverged as err:
+                diverged.append(str(err))
+                print(f"{e.name:22s} incomplete: {err}", file=sys.stderr, flush=True)
+                continue
             print(f"{e.name:22s} {r.meta.get('units', 1):4d} unit(s)  {r.meta['wall_s']:9.1f} s computed, "
                   f"{time.perf_counter() - t0:8.1f} s now  [{r.meta['profile']} on {r.meta['device']}]", flush=True)
     except (DivergenceError, StoreError, sweep.SweepError) as err:
         raise SystemExit(f"error: {err}")
     finally:
         executor.close()
+    if diverged:
+        raise SystemExit("error: " + "\n".join(diverged))
     return 0
 
 

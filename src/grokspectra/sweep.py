@@ -35,11 +35,16 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from . import progress
+from .device import DivergenceError
 from .store import Result, Store, to_numpy
 
 
 class SweepError(RuntimeError):
     """An executor could not be set up or lost its work (message names the address or the unit)."""
+
+
+class UnitsDiverged(DivergenceError):
+    """Some units of a ``keep_going`` sweep diverged and were skipped; every other unit was computed and stored."""
 
 
 class Checkpoint:
@@ -196,11 +201,15 @@ def make_executor(workers: int | None = None, scheduler: str | None = None, time
 
 
 def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device: str = "auto",
-              executor=None, force: bool = False, show: bool = True) -> list[Result]:
+              executor=None, force: bool = False, show: bool = True, keep_going: bool = False) -> list[Result]:
     """Load or compute every unit of ``exp``; return their results in order.
 
     Stored units (current code, intact files) are loaded; the others are computed by ``executor`` and each is
     written to the store as soon as it arrives, so an interruption loses at most the units in flight.
+
+    With ``keep_going`` (the CLI's sweeps), units are handed to the executor one at a time and a unit whose
+    computation diverges (:class:`~grokspectra.device.DivergenceError`) is skipped: every other unit is computed
+    and stored, and then :class:`UnitsDiverged` names the skipped ones. Without it the first divergence stops.
     """
     executor = executor or InProcess()
     code = exp.code()
@@ -217,17 +226,32 @@ def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device:
     if todo:
         bar = progress.bar(total=len(units), initial=len(units) - len(todo), desc=f"{exp.name} units",
                            unit="unit", disable=not show)
+        failed = []
         try:
             ckpts = [str(checkpoint_path(store, profile, exp, units[i])) for i in todo]
-            for j, arrays, wall, dev in executor.map(exp, [units[i] for i in todo], device, ckpts):
-                i = todo[j]
-                extra = {"unit": i, "units": len(units), "cost": float(exp.cost_of(units[i]))}
-                results[i] = store.save(exp.name, units[i], code, profile, arrays, device=dev, wall_s=wall,
-                                        extra=extra)
-                Path(ckpts[j]).unlink(missing_ok=True)
-                bar.update(1)
+            batches = [[j] for j in range(len(todo))] if keep_going else [list(range(len(todo)))]
+            for batch in batches:
+                try:
+                    for jb, arrays, wall, dev in executor.map(exp, [units[todo[j]] for j in batch], device,
+                                                              [ckpts[j] for j in batch]):
+                        j = batch[jb]
+                        i = todo[j]
+                        extra = {"unit": i, "units": len(units), "cost": float(exp.cost_of(units[i]))}
+                        results[i] = store.save(exp.name, units[i], code, profile, arrays, device=dev, wall_s=wall,
+                                                extra=extra)
+                        Path(ckpts[j]).unlink(missing_ok=True)
+                        bar.update(1)
+                except DivergenceError as err:
+                    if not keep_going:
+                        raise
+                    failed.append((todo[batch[0]], err))
+                    log(f"{exp.name}: unit {todo[batch[0]]} ({describe(units[todo[batch[0]]], 60)}) diverged, "
+                        f"skipped: {err}")
         finally:
             bar.close()
+        if failed:
+            raise UnitsDiverged(f"{len(failed)} of {len(units)} units diverged and were not stored (the others "
+                                "are): " + "; ".join(f"unit {i} ({describe(units[i], 60)}): {e}" for i, e in failed))
     return results  # type: ignore[return-value]
 
 

@@ -119,11 +119,13 @@ class Experiment:
 
     # --- running ------------------------------------------------------------------------------------------
     def run(self, P: Mapping[str, Any], *, store: Store | None = None, force: bool = False,
-            device: torch.device | str | None = None, executor=None, show: bool = True) -> Result:
+            device: torch.device | str | None = None, executor=None, show: bool = True,
+            keep_going: bool = False) -> Result:
         """Load or compute every unit of this experiment for the notebook parameters ``P`` and assemble them.
 
         A :class:`~grokspectra.device.DivergenceError` from an engine is re-raised naming this experiment and its
-        parameters; nothing of the diverged unit is stored."""
+        parameters; nothing of the diverged unit is stored. With ``keep_going`` the other units are computed and
+        stored first (``sweep.run_units``)."""
         from .. import sweep
 
         dev = device if device is not None else P.get("device", "auto")
@@ -135,7 +137,9 @@ class Experiment:
         units = self.units(sub)
         try:
             results = sweep.run_units(self, units, profile=profile, store=store, device=dev, executor=executor,
-                                      force=force, show=show)
+                                      force=force, show=show, keep_going=keep_going)
+        except sweep.UnitsDiverged as err:
+            raise sweep.UnitsDiverged(f"experiment {self.name} with {json.dumps(canonical(sub))}: {err}") from None
         except DivergenceError as err:
             raise DivergenceError(f"experiment {self.name} with {json.dumps(canonical(sub))}: {err}; "
                                   "nothing was stored") from None
