@@ -704,3 +704,21 @@ def test_shown_value_follows_the_profile_of_the_shown_result():
     assert ch5.shown_value(Result({}, {"profile": "paper"}), P, "t0") == paper_t0 != 40
     assert ch5.shown_value(Result({}, {"profile": "ci"}), P, "t0") == 40
     assert ch5.shown_value(Result({}, {"profile": "no-such-profile"}), P, "t0") == 40
+
+
+def test_limit_row_of_chapter_4_is_scored_only_for_an_established_limit():
+    """ch4.limit_applies matches chapter 3's δ_NN(∞) to the Quad toy only; limit_gap_sentence measures the gap in
+    combined uncertainties (δ∞ = 9 ± 0.3 against δ_c(∞) = 6 ± 0.4 ± 0: 6.0) and says "not a test" for a limit
+    chapter 3 does not establish."""
+    from grokspectra.experiments import ch4
+    lim = {"inf": 9.0, "inf_se": 0.3, "a": 0.5, "a_se": 0.1, "ok": True, "t_max": 120, "act": "quad", "m": 1,
+           "link": "pr_clip", "clip": 6.0, "eta": 0.1}
+    p = {"link": "pr_clip", "clip": 6.0}
+    assert ch4.limit_applies(lim, "quad:1:0.1", p)
+    assert not ch4.limit_applies(lim, "gelu:2:2.0", p) and not ch4.limit_applies(lim, "quad:1:0.2", p)
+    assert not ch4.limit_applies(lim, "quad:1:0.1", {"link": "pr_tanh", "clip": 6.0})
+    fss = {"mid": 6.0, "stat": 0.4, "syst": 0.0}
+    s = ch4.limit_gap_sentence(lim, fss)
+    assert "6.0 combined uncertainties above" in s and "not a test" not in s
+    assert "not a test" in ch4.limit_gap_sentence({**lim, "ok": False}, fss)
+    assert ch4.limit_gap_sentence(None, fss) == ""

@@ -811,6 +811,21 @@ def limit_sentence(rt: dict, fd: dict, fe: dict, t_min: int) -> str:
     return s
 
 
+def limit_summary(Lm, t_min: int) -> dict:
+    """δ_NN(∞) for other chapters: the fits of :func:`limit` (``Lm``) over t ≥ ``t_min`` reduced to the limit
+    δ∞ ± s.e., the exponent, e∞ ± s.e., the verdict of :func:`limit_verdict` (``ok``: both established), the
+    student it is for and the largest t computed."""
+    rt = limit_roots(Lm)
+    fd = limit_fits(rt["times"], rt["root"], rt["root_se"], rt["root_jk"], t_min=t_min)
+    fe = limit_fits(rt["times"], rt["edge"], rt["edge_se"], rt["edge_jk"], t_min=t_min)
+    v = limit_verdict(fd, fe)
+    p, pe = fd["power"], fe["power"]
+    return {"inf": p["inf"], "inf_se": p["inf_se"], "a": p["a"], "a_se": p["a_se"], "e_inf": pe["inf"],
+            "e_inf_se": pe["inf_se"], **v, "t_max": int(np.max(rt["times"])), "t_min": int(t_min),
+            "act": "quad", "m": 1, "link": "pr_clip", "clip": 6.0, "eta": float(Lm.meta["params"]["eta_quad"]),
+            "profile": Lm.meta.get("profile")}
+
+
 def limit_dnn_sentence(rt: dict, Dn) -> str:
     """The grid's δ_NN(t) (:func:`limit_roots`) against the bisection of ``dnn`` for the same student (Quad, m = 1,
     first link and scale of the table) at the steps both have: the difference in units of the combined uncertainty

@@ -601,13 +601,41 @@ def gap_sentence(thr: dict, fss: dict, A: dict, dd, si: int = 0) -> str:
     return txt
 
 
-def threshold_table(thr: dict, fss: dict, A: dict, dd, dalg: float, si: int = 0) -> str:
-    """The chapter's comparison of δ_NN(t), δ_lin(T), δ_c(∞) under each finite-size law (and combined), δ_c at the
-    largest d and δ_alg, each with its uncertainty, as a markdown table; for the student ``si`` of ``A``."""
+def limit_applies(lim: dict | None, student: str, p: dict) -> bool:
+    """Is chapter 3's δ_NN(∞) (``ch3.limit_summary``) computed for this student, link and step size?"""
+    if not lim:
+        return False
+    act, m, eta = parse_student(student)
+    return (act == lim["act"] and m == lim["m"] and p["link"] == lim["link"] and abs(eta - lim["eta"]) < 1e-12
+            and (p["link"] != "pr_clip" or p["clip"] == lim["clip"]))
+
+
+def limit_gap_sentence(lim: dict, fss: dict) -> str:
+    """Chapter 3's δ_NN(∞) against GD's extrapolated δ_c(∞), in combined uncertainties (jackknife s.e. of the limit,
+    statistical and systematic errors of δ_c(∞)), and whether the limit is established. "" without both."""
+    if not lim or not fss or not (np.isfinite(lim["inf"]) and np.isfinite(fss["mid"])):
+        return ""
+    u = math.sqrt(lim["inf_se"] ** 2 + fss["stat"] ** 2 + fss["syst"] ** 2)
+    z = abs(lim["inf"] - fss["mid"]) / u
+    s = (f"The limit of chapter 3, δ_NN(∞) = {lim['inf']:.2f} ± {lim['inf_se']:.2f} (δ_NN(t) for t ≤ {lim['t_max']}), "
+         f"lies {z:.1f} combined uncertainties {'above' if lim['inf'] > fss['mid'] else 'below'} GD's "
+         f"δ_c(∞) = {fss['mid']:.2f}")
+    return s + ("." if lim["ok"] else ", but chapter 3 does not establish that limit (its fits cannot tell it from "
+                "slow unbounded growth, or the bulk edge is not shown to reach zero), so this is not a test.")
+
+
+def threshold_table(thr: dict, fss: dict, A: dict, dd, dalg: float, si: int = 0, lim: dict | None = None) -> str:
+    """The chapter's comparison of δ_NN(t), δ_NN(∞) (when ``lim`` is given: ``ch3.limit_summary`` for this
+    student), δ_lin(T), δ_c(∞) under each finite-size law (and combined), δ_c at the largest d and δ_alg, each with
+    its uncertainty, as a markdown table; for the student ``si`` of ``A``."""
     f = lambda v: "–" if not np.isfinite(v) else f"{v:.2f}"  # noqa: E731
     rows = ["| threshold | how it is computed | value | uncertainty |", "|---|---|---|---|"]
     rows.append(f"| δ_NN($t$ = {thr['t']}){'†' if thr['dagger'] else ''} | Hessian criterion on the DMFT law (ch. 3) | "
                 f"{f(thr['delta_nn'])} | ± {f(thr['delta_nn_unc'])} (bracket and Monte Carlo) |")
+    if lim:
+        rows.append(f"| δ_NN(∞){'' if lim['ok'] else ' (not established)'} | limit of δ_NN($t$), "
+                    f"$t$ ≤ {lim['t_max']} (ch. 3, eq. ch3-limit) | {f(lim['inf'])} | ± {f(lim['inf_se'])} "
+                    f"(jackknife; exponent a = {lim['a']:.2f} ± {lim['a_se']:.2f}) |")
     if np.isfinite(thr["delta_lin"]):
         rows.append(f"| δ_lin($T$ = {thr['lin_T']}) | linearised DMFT (ch. 3) | {f(thr['delta_lin'])} | "
                     f"± {f(thr['delta_lin_unc'])} |")
@@ -628,10 +656,11 @@ def threshold_table(thr: dict, fss: dict, A: dict, dd, dalg: float, si: int = 0)
 
 def claims(thr, fss, A, dd, dalg, res, med_warm, med_rand, frac_warm, frac_rand, med_succ, med_fail, both,
            profile: str, *, thr_profile: str | None = None, spec_profile: str | None = None,
-           init_scale: str | None = None) -> list:
+           init_scale: str | None = None, lim: dict | None = None) -> list:
     """The chapter's claims table (``report.Claim`` rows, each with the scale it was judged at): ``profile`` is the
     sweep's, ``thr_profile`` chapter 3's thresholds', ``spec_profile`` the spectral curve's and ``init_scale`` the
-    init comparison's (each defaults to the sweep's)."""
+    init comparison's (each defaults to the sweep's); ``lim`` (``ch3.limit_summary`` for this student) adds the
+    comparison of δ_c(∞) with the limit δ_NN(∞)."""
     from .. import report
 
     thr_profile = thr_profile or profile
@@ -657,6 +686,17 @@ def claims(thr, fss, A, dd, dalg, res, med_warm, med_rand, frac_warm, frac_rand,
         "GD's success rate jumps at δ_NN", "[MW26], numerical validation (phase retrieval)",
         f"δ_NN(t = {thr['t']}) = {report.fmt(dn)} ± {report.fmt(dn_u)}", ours, agree, note),
         scale, comparable=big, needs="d = 4000, ≥ 16 seeds"))
+    # 1b. … at the limit t → ∞ of δ_NN(t) (chapter 3), where phase 1 ends if the bulk edge reaches zero there
+    if lim and fss:
+        tot = math.sqrt(fss["stat"] ** 2 + fss["syst"] ** 2 + lim["inf_se"] ** 2)
+        agree = report.within(fss["mid"], lim["inf"], 2 * tot) if lim["ok"] else None
+        note = (f"(|Δ| ≤ 2 × combined uncertainty = {2 * tot:.2f})" if lim["ok"] else
+                "δ_NN(∞) not established by chapter 3's fits: not a test")
+        rows.append(report.at_scale(report.Claim(
+            "GD's success rate jumps at δ_NN = lim δ_NN(t)", "[MW26], numerical validation; our eq. ch3-limit",
+            f"δ_NN(∞) = {lim['inf']:.2f} ± {lim['inf_se']:.2f} (t ≤ {lim['t_max']})",
+            f"δ_c(∞) = {fss['mid']:.2f} ± {fss['stat']:.2f} (stat.) ± {fss['syst']:.2f} (syst.)", agree, note),
+            scale, comparable=big, needs="d = 4000, ≥ 16 seeds"))
     # 2. the linearised DMFT agrees with the Hessian criterion
     if np.isfinite(thr["delta_lin"]):
         tol = 2 * math.hypot(thr["delta_lin_unc"], dn_u)
