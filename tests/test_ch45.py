@@ -662,13 +662,17 @@ def test_limit_roots_and_fits_recover_a_known_limit():
         assert all(s == "root" for s in rt["status"])
         assert np.all(np.abs(rt["root"] - law(L["times"])) <= 3 * rt["root_se"] + 1e-9)
         ratios.append(np.mean(rt["root_se"]) / se_true)
-        fd = ch3.limit_fits(rt["times"], rt["root"], rt["root_se"], rt["root_jk"], t_min=20)
-        fe = ch3.limit_fits(rt["times"], rt["edge"], rt["edge_se"], rt["edge_jk"], t_min=20)
-        p = fd["power"]
+        wins = ch3.limit_windows(rt, 20)
+        assert [w["t_min"] for w in wins] == [10, 15, 20, 30, 40]  # every t₀ with ≥ 5 steps from it on
+        p = next(w for w in wins if w["t_min"] == 20)["fd"]["power"]
         assert abs(p["inf"] - 10) <= 3 * p["inf_se"] and abs(p["a"] - 0.5) <= 3 * p["a_se"]
-        v = ch3.limit_verdict(fd, fe)
-        assert v["finite"] and v["marginal"] and v["ok"], (p, fe["power"])
-        assert "finite within the fit" in ch3.limit_sentence(rt, fd, fe, 20)
+        v = ch3.limit_verdict(wins, 20)
+        assert v["finite"] and v["edge"] == "marginal" and v["ok"], (p, [w["fe"]["power"] for w in wins])
+        assert v["inf"] == p["inf"] and v["inf_syst"] < 3 * p["inf_se"]  # one law throughout: windows agree
+        assert v["judged"] == [10, 20]
+        assert "finite within the fits" in ch3.limit_sentence(rt, wins, 20)
+        assert "limit δ∞" in ch3.limit_definition(wins, 20)
+        assert ch3.limit_window_table(wins).count("\n") == len(wins) + 1
     assert 0.6 <= np.mean(ratios) <= 1.6, ratios
 
 
@@ -692,18 +696,40 @@ def test_limit_fits_on_logarithmic_growth():
         ch3.limit_fits(rt["times"][:3], rt["root"][:3], rt["root_se"][:3], rt["root_jk"][:, :3], t_min=20)
 
 
+def test_limit_verdict_needs_all_steps_and_the_chosen_window():
+    """An edge limit consistent with 0 over the chosen window but 4 s.e. below it over all steps is "mixed", not
+    marginal (the verdict is not the choice of one window; the short windows in between only set the spread of
+    δ∞); below 0 in both is "below"; the definition paragraph then keeps the finite-horizon δ_NN and says why."""
+    from grokspectra.experiments import ch3
+
+    def win(t0, e, e_se, a=0.5, a_se=0.1, inf=11.0):
+        law = {"inf": inf, "inf_se": 0.5, "A": 1.0, "a": a, "a_se": a_se, "chi2": 1.0, "dof": 3}
+        return {"t_min": t0, "fd": {"n": 6, "power": law, "log": {"b1": 1.0, "b1_se": 0.1, "chi2": 5.0, "dof": 4}},
+                "fe": {"n": 6, "power": {**law, "inf": e, "inf_se": e_se}}}
+    mixed = [win(10, -0.064, 0.016, inf=12.6), win(20, -0.057, 0.032, inf=11.6), win(40, -0.3, 0.08, inf=10.8)]
+    v = ch3.limit_verdict(mixed, 20)
+    assert v["edge"] == "mixed" and v["finite"] and not v["ok"] and v["judged"] == [10, 20]
+    assert ch3.limit_verdict([mixed[1], mixed[2]], 20)["edge"] == "marginal"  # t ≥ 40 (short) is not judged
+    assert v["inf"] == 11.6 and abs(v["inf_syst"] - 0.9) < 1e-12
+    assert "not established" in ch3.limit_definition(mixed, 20) and "11.60 ± 0.50 ± 0.90" in ch3.limit_definition(mixed, 20)
+    below = [win(10, -0.2, 0.02), win(20, -0.2, 0.05)]
+    assert ch3.limit_verdict(below, 20)["edge"] == "below"
+    unresolved = [win(10, 0.0, 0.02, a=0.1, a_se=0.2), win(20, 0.0, 0.03)]
+    assert ch3.limit_verdict(unresolved, 20)["edge"] == "marginal" and not ch3.limit_verdict(unresolved, 20)["finite"]
+
+
 def test_shown_value_follows_the_profile_of_the_shown_result():
-    """ch5.shown_value: a paper result shown in a CI build is analysed with the paper profile's t0 (read from
+    """experiments.shown_value: a paper result shown in a CI build is analysed with the paper profile's t0 (read from
     params/paper.yaml), a result of the notebook's own profile with the notebook's, and an unreadable profile
     falls back to the notebook's value."""
-    from grokspectra.experiments import ch5
+    from grokspectra.experiments import ch5, shown_value
     from grokspectra.params import load_profile
     from grokspectra.store import Result
     P = {"profile": "ci", "t0": 40}
     paper_t0 = load_profile("paper", ch5.SECTION)["t0"]
-    assert ch5.shown_value(Result({}, {"profile": "paper"}), P, "t0") == paper_t0 != 40
-    assert ch5.shown_value(Result({}, {"profile": "ci"}), P, "t0") == 40
-    assert ch5.shown_value(Result({}, {"profile": "no-such-profile"}), P, "t0") == 40
+    assert shown_value(Result({}, {"profile": "paper"}), P, "t0", ch5.SECTION) == paper_t0 != 40
+    assert shown_value(Result({}, {"profile": "ci"}), P, "t0", ch5.SECTION) == 40
+    assert shown_value(Result({}, {"profile": "no-such-profile"}), P, "t0", ch5.SECTION) == 40
 
 
 def test_limit_row_of_chapter_4_is_scored_only_for_an_established_limit():

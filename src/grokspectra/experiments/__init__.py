@@ -287,3 +287,18 @@ def by_section(section: str):
             return mod
     known = sorted(getattr(chapter(c), "SECTION", c) for c in chapter_names())
     raise ParamError(f"no chapter declares notebook {section!r}; notebooks: {known}")
+
+
+def shown_value(R, P: Mapping[str, Any], key: str, section: str):
+    """An analysis parameter that belongs with a shown result ``R`` but is not a key of it (e.g. chapter 5's ``t0``
+    for ``curves``, chapter 3's ``lim_tmin`` for ``limit``): the notebook's own value ``P[key]`` when ``R`` is of the
+    notebook's profile, else the value in ``R``'s profile, section ``section`` (the paper result shown in a CI build
+    is analysed with the paper's choice, fixed in ``params/paper.yaml`` before the result was computed). Falls back
+    to ``P[key]`` when that profile cannot be read."""
+    prof = R.meta.get("profile")
+    if not prof or prof == P.get("profile"):
+        return P[key]
+    try:
+        return load_profile(prof, section).get(key, P[key])
+    except (ParamError, OSError, ValueError):
+        return P[key]

@@ -779,51 +779,96 @@ def limit_fits(t, y, se, y_jk, *, t_min: int) -> dict:
                     "resid": (y - X @ b) * w}}
 
 
-def limit_verdict(fd: dict, fe: dict) -> dict:
-    """What the two fits establish. The edge reaches the marginal value 0 when its power-law limit e∞ is within
-    2 jackknife s.e. of 0 (and resolved: s.e. < 0.1); δ_NN(t) has a finite limit when the exponent a of its power
-    law is more than 2 s.e. above 0 (otherwise the data cannot tell it from logarithmic growth). δ_NN(∞) is
-    then the power law's δ∞ ± s.e., and the book's limit definition applies only when both hold."""
-    pe, pd = fe["power"], fd["power"]
-    marginal = bool(abs(pe["inf"]) <= 2 * pe["inf_se"] and pe["inf_se"] < 0.1)
-    below = bool(pe["inf"] + 2 * pe["inf_se"] < 0)
-    finite = bool(pd["a"] > 2 * pd["a_se"])
-    return {"marginal": marginal, "edge_below": below, "finite": finite, "ok": marginal and finite}
+def limit_windows(rt: dict, t_min: int, min_points: int = 5) -> list[dict]:
+    """:func:`limit_fits` of δ_NN(t) (``fd``) and of the edge at it (``fe``) over every window t ≥ t₀, for t₀ among
+    the computed steps with at least ``min_points`` steps from t₀ on (two degrees of freedom for the three-parameter
+    law), and always for t₀ = ``t_min``; in increasing t₀. The spread over windows is the fit's systematic error:
+    a law that held over the whole range would give the same limit in every window."""
+    times = np.sort(np.asarray(rt["times"]))
+    t0s = sorted({int(t) for t in times if np.sum(times >= t) >= min_points} | {int(t_min)})
+    return [{"t_min": t0, "fd": limit_fits(rt["times"], rt["root"], rt["root_se"], rt["root_jk"], t_min=t0),
+             "fe": limit_fits(rt["times"], rt["edge"], rt["edge_se"], rt["edge_jk"], t_min=t0)} for t0 in t0s]
 
 
-def limit_sentence(rt: dict, fd: dict, fe: dict, t_min: int) -> str:
-    """The section's result in words, from :func:`limit_roots` and the fits of δ_NN(t) (``fd``) and of the edge at
-    it (``fe``)."""
-    v = limit_verdict(fd, fe)
+def limit_verdict(wins: list[dict], t_min: int) -> dict:
+    """What the window scan (:func:`limit_windows`) establishes. Two analyses must agree: the fit over all steps
+    (the earliest window, the most precise if one law holds throughout) and the fit over t ≥ ``t_min`` (the chosen
+    window, robust to early-time corrections); the other windows, with fewer steps, only measure the spread. The
+    edge limit e∞ is ``"marginal"`` when it is within 2 jackknife s.e. of 0 (and resolved, s.e. < 0.1) in both,
+    ``"below"`` when it is more than 2 s.e. below 0 in both, else ``"mixed"``. δ_NN(t) has a finite limit
+    (``finite``) when its exponent a is more than 2 s.e. above 0 in both (otherwise the data cannot tell it from
+    logarithmic growth). δ_NN(∞) is δ∞ of the chosen window ± its jackknife s.e. (``inf_se``) ± half the range of
+    δ∞ over all windows (``inf_syst``); the book's limit definition applies (``ok``) only when the edge is
+    marginal and the limit finite."""
+    main = next(w for w in wins if w["t_min"] == t_min)
+    judged = [wins[0], main] if wins[0] is not main else [main]
+    pe = [w["fe"]["power"] for w in judged]
+    pd = [w["fd"]["power"] for w in judged]
+    marg = [abs(p["inf"]) <= 2 * p["inf_se"] and p["inf_se"] < 0.1 for p in pe]
+    below = [p["inf"] + 2 * p["inf_se"] < 0 for p in pe]
+    edge = "marginal" if all(marg) else "below" if all(below) else "mixed"
+    finite = all(p["a"] > 2 * p["a_se"] for p in pd)
+    infs = [w["fd"]["power"]["inf"] for w in wins]
+    return {"edge": edge, "marginal": edge == "marginal", "edge_below": edge == "below", "finite": finite,
+            "ok": edge == "marginal" and finite, "inf": main["fd"]["power"]["inf"],
+            "inf_se": main["fd"]["power"]["inf_se"], "inf_syst": 0.5 * (max(infs) - min(infs)),
+            "windows": [w["t_min"] for w in wins], "judged": [w["t_min"] for w in judged]}
+
+
+def limit_sentence(rt: dict, wins: list[dict], t_min: int) -> str:
+    """The section's result in words, from :func:`limit_roots` and the window scan :func:`limit_windows`."""
+    v = limit_verdict(wins, t_min)
+    main = next(w for w in wins if w["t_min"] == t_min)
+    fd, fe = main["fd"], main["fe"]
     pd, pe, lg = fd["power"], fe["power"], fd["log"]
+    first = wins[0]["fe"]["power"]
     s = (f"Over t ≥ {t_min} ({fd['n']} steps, {rt['reps']} path sets), the bulk edge at the threshold follows "
-         f"e(t) = e∞ − B t^(−b) with e∞ = {pe['inf']:+.3f} ± {pe['inf_se']:.3f} and b = {pe['a']:.2f} ± "
-         f"{pe['a_se']:.2f}: ")
-    s += ("consistent with the marginal value 0, so the first phase ends only as t → ∞, at the edge of stability. "
-          if v["marginal"] else "significantly below 0: the dynamics does not approach a marginal point. "
-          if v["edge_below"] else "not resolved well enough to say whether it reaches 0. ")
-    s += (f"δ_NN(t) = δ∞ − A t^(−a) gives δ∞ = {pd['inf']:.2f} ± {pd['inf_se']:.2f} with a = {pd['a']:.2f} ± "
-          f"{pd['a_se']:.2f} (χ² = {pd['chi2']:.1f} on {pd['dof']} dof); unbounded growth b₀ + b₁ log t gives "
-          f"b₁ = {lg['b1']:.2f} ± {lg['b1_se']:.2f} (χ² = {lg['chi2']:.1f} on {lg['dof']} dof). ")
-    s += ("The exponent is resolved away from 0, so the limit is finite within the fit." if v["finite"] else
-          "The exponent is not resolved away from 0: these steps cannot tell a finite limit from slow unbounded "
-          "growth, and δ∞ is not established.")
+         f"e(t) = e∞ − B t^(−b) with e∞ = {pe['inf']:+.3f} ± {pe['inf_se']:.3f} ({pe['inf'] / pe['inf_se']:+.1f} s.e.) "
+         f"and b = {pe['a']:.2f} ± {pe['a_se']:.2f}")
+    if wins[0] is not main:
+        s += (f"; over all steps, t ≥ {wins[0]['t_min']}, e∞ = {first['inf']:+.3f} ± {first['inf_se']:.3f} "
+              f"({first['inf'] / first['inf_se']:+.1f} s.e.)")
+    s += ": " + {"marginal": "consistent with the marginal value 0, so the first phase ends only as t → ∞, at the "
+                             "edge of stability. ",
+                 "below": "below 0: the dynamics does not approach a marginal point within this law. ",
+                 "mixed": "the windows agree on the value of e∞, but the fit over all steps puts it below 0 and the "
+                          "fit over the later steps does not exclude 0, so that the edge reaches 0 as t → ∞ is not "
+                          "established by these steps (a slower approach than one power law, or a limit slightly "
+                          "below 0, fits them as well). "}[v["edge"]]
+    s += (f"δ_NN(t) = δ∞ − A t^(−a) gives δ∞ = {pd['inf']:.2f} ± {pd['inf_se']:.2f} (jackknife) ± "
+          f"{v['inf_syst']:.2f} (half its range over the windows) with a = {pd['a']:.2f} ± {pd['a_se']:.2f} "
+          f"(χ² = {pd['chi2']:.1f} on {pd['dof']} dof); unbounded growth b₀ + b₁ log t gives b₁ = {lg['b1']:.2f} ± "
+          f"{lg['b1_se']:.2f} (χ² = {lg['chi2']:.1f} on {lg['dof']} dof; the χ² values ignore the correlation between "
+          "steps that share paths). ")
+    s += ("The exponent is resolved away from 0, so the limit is finite within the fits." if v["finite"]
+          else "The exponent is not resolved away from 0: these steps cannot tell a finite limit from slow "
+               "unbounded growth, and δ∞ is not established.")
     return s
 
 
+def limit_window_table(wins: list[dict]) -> str:
+    """The window scan as a markdown table: per t₀, δ∞, a, e∞, b and the χ² of both laws for δ_NN(t)."""
+    rows = ["| fit window | δ∞ | exponent a | χ² power / log law (dof) | e∞ | exponent b |", "|---|---|---|---|---|---|"]
+    for w in wins:
+        p, e, lg = w["fd"]["power"], w["fe"]["power"], w["fd"]["log"]
+        rows.append(f"| $t \\ge$ {w['t_min']} ({w['fd']['n']} steps) | {p['inf']:.2f} ± {p['inf_se']:.2f} | "
+                    f"{p['a']:.2f} ± {p['a_se']:.2f} | {p['chi2']:.1f} ({p['dof']}) / {lg['chi2']:.1f} ({lg['dof']}) | "
+                    f"{e['inf']:+.3f} ± {e['inf_se']:.3f} | {e['a']:.2f} ± {e['a_se']:.2f} |")
+    return "\n".join(rows)
+
+
 def limit_summary(Lm, t_min: int) -> dict:
-    """δ_NN(∞) for other chapters: the fits of :func:`limit` (``Lm``) over t ≥ ``t_min`` reduced to the limit
-    δ∞ ± s.e., the exponent, e∞ ± s.e., the verdict of :func:`limit_verdict` (``ok``: both established), the
-    student it is for and the largest t computed."""
+    """δ_NN(∞) for other chapters: the window scan of :func:`limit` (``Lm``) reduced by :func:`limit_verdict` (δ∞
+    ± s.e. ± window spread, ``ok``: the limit definition applies), the exponent and e∞ of the window t ≥ ``t_min``,
+    the student it is for and the largest t computed."""
     rt = limit_roots(Lm)
-    fd = limit_fits(rt["times"], rt["root"], rt["root_se"], rt["root_jk"], t_min=t_min)
-    fe = limit_fits(rt["times"], rt["edge"], rt["edge_se"], rt["edge_jk"], t_min=t_min)
-    v = limit_verdict(fd, fe)
-    p, pe = fd["power"], fe["power"]
-    return {"inf": p["inf"], "inf_se": p["inf_se"], "a": p["a"], "a_se": p["a_se"], "e_inf": pe["inf"],
-            "e_inf_se": pe["inf_se"], **v, "t_max": int(np.max(rt["times"])), "t_min": int(t_min),
-            "act": "quad", "m": 1, "link": "pr_clip", "clip": 6.0, "eta": float(Lm.meta["params"]["eta_quad"]),
-            "profile": Lm.meta.get("profile")}
+    wins = limit_windows(rt, t_min)
+    v = limit_verdict(wins, t_min)
+    main = next(w for w in wins if w["t_min"] == t_min)
+    p, pe = main["fd"]["power"], main["fe"]["power"]
+    return {**v, "a": p["a"], "a_se": p["a_se"], "e_inf": pe["inf"], "e_inf_se": pe["inf_se"],
+            "t_max": int(np.max(rt["times"])), "t_min": int(t_min), "act": "quad", "m": 1, "link": "pr_clip",
+            "clip": 6.0, "eta": float(Lm.meta["params"]["eta_quad"]), "profile": Lm.meta.get("profile")}
 
 
 def limit_dnn_sentence(rt: dict, Dn) -> str:
@@ -850,31 +895,32 @@ def limit_dnn_sentence(rt: dict, Dn) -> str:
             "they give " + "; ".join(parts) + ".")
 
 
-def limit_definition(rt: dict, fd: dict, fe: dict) -> str:
-    """The paragraph that says which δ_NN the book uses, from the verdict of :func:`limit_verdict`."""
-    v = limit_verdict(fd, fe)
+def limit_definition(wins: list[dict], t_min: int) -> str:
+    """The paragraph that says which δ_NN the book uses, from :func:`limit_verdict` of the window scan."""
+    v = limit_verdict(wins, t_min)
     if v["ok"]:
-        p = fd["power"]
         return (f"**The definition this book uses.** The bulk edge reaches zero only as t → ∞, so δ_NN is the limit "
-                f"δ∞ of eq. (ch3-limit), {p['inf']:.2f} ± {p['inf_se']:.2f} for the Quad toy; the finite-t values of "
-                "the table above are lower estimates of it, and the chapters that compare GD with δ_NN (4 and 5) "
-                "use both.")
-    why = ("the edge does not approach zero" if v["edge_below"] else
-           "the fits do not establish that the edge reaches zero" if not v["marginal"] else
-           "δ_NN(t) is not shown to approach a finite limit")
+                f"δ∞ of eq. (ch3-limit), {v['inf']:.2f} ± {v['inf_se']:.2f} ± {v['inf_syst']:.2f} for the Quad toy; "
+                "the finite-t values of the table above are lower estimates of it, and the chapters that compare GD "
+                "with δ_NN (4 and 5) use both.")
+    why = {"below": "the edge does not approach zero", "mixed": "the fits do not establish that the edge reaches zero",
+           "marginal": "δ_NN(t) is not shown to approach a finite limit"}[v["edge"]]
+    extra = (f" The limit of δ_NN(t) itself is finite within the fits, δ∞ = {v['inf']:.2f} ± {v['inf_se']:.2f} ± "
+             f"{v['inf_syst']:.2f}, and chapters 4 and 5 show it beside GD's thresholds, as a number whose meaning "
+             "rests on that unproven end point." if v["finite"] else "")
     return (f"**The definition this book uses.** Since the end of the first phase is out of reach and the limit "
-            f"t → ∞ is not established ({why}), the book's δ_NN is the finite-horizon value δ_NN(t) at the latest "
-            "step computed, with its uncertainty, and always marked with the step. We do not call it the paper's "
-            "δ_NN: it is a lower estimate if the upward drift with t continues, and the chapters that compare GD "
-            "with it (4 and 5) say so.")
+            f"t → ∞ is not established as its end ({why}), the book's δ_NN is the finite-horizon value δ_NN(t) at the "
+            "latest step of the table, with its uncertainty, and always marked with the step. We do not call it the "
+            "paper's δ_NN: it is a lower estimate if the upward drift with t continues, and the chapters that "
+            "compare GD with it (4 and 5) say so." + extra)
 
 
 def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile: str | None = None,
            limit: tuple | None = None) -> list:
     """The chapter's claims table (``report.Claim`` rows, each with the scale it was judged at: the profile of the
     result it rests on; ``profile`` is the notebook's, used where a result carries none, and ``settle_profile``
-    that of the convergence check). ``limit`` = (result of :func:`limit`, :func:`limit_roots`, the fits of
-    δ_NN(t) and of the edge, t_min) adds the row of the limit t → ∞."""
+    that of the convergence check). ``limit`` = (result of :func:`limit`, :func:`limit_roots`, the window scan
+    :func:`limit_windows`, t_min) adds the row of the limit t → ∞."""
     from .. import report
 
     def prof(R):
@@ -937,21 +983,27 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile:
             ("not established: drifts with t by more than twice its uncertainty, phase 1 has not ended" if drift
              else "not established: phase 1 has not ended")),
             f"{prof(Dn)}: {int(Dn.meta['params']['dnn_reps'])} path sets × ≤ {int(Dn.meta['params']['dnn_Nmax'])} paths"))
-    # 4b. the limit t → ∞ of δ_NN(t) and of the edge at it
+    # 4b. the limit t → ∞ of δ_NN(t) and of the edge at it, judged over every fit window
     if limit is not None:
-        Lm, rt, fd, fe, t_min = limit
-        v, p, pe = limit_verdict(fd, fe), fd["power"], fe["power"]
+        Lm, rt, wins, t_min = limit
+        v = limit_verdict(wins, t_min)
+        es = [w["fe"]["power"] for w in wins if w["t_min"] in v["judged"]]
+        zs = ", ".join(f"{p['inf'] / p['inf_se']:+.1f}" for p in es)
         lp = Lm.meta["params"]
         rows.append(report.at_scale(report.Claim(
             "δ_NN(t) tends to a finite limit where the bulk edge reaches 0 (phase 1 ends as t → ∞)",
             "our eq. ch3-limit; marginal stability (Sarao Mannelli et al. 2020)", "e∞ = 0 and a > 0",
-            f"e∞ = {pe['inf']:+.3f} ± {pe['inf_se']:.3f}; δ∞ = {p['inf']:.2f} ± {p['inf_se']:.2f}, "
-            f"a = {p['a']:.2f} ± {p['a_se']:.2f}",
+            "e∞ = " + " and ".join(f"{p['inf']:+.3f} ± {p['inf_se']:.3f}" for p in es)
+            + f" (t ≥ {' and t ≥ '.join(str(t) for t in v['judged'])}: {zs} s.e.); "
+            f"δ∞ = {v['inf']:.2f} ± {v['inf_se']:.2f} ± {v['inf_syst']:.2f}",
             True if v["ok"] else (False if v["edge_below"] else None),
-            "(|e∞| ≤ 2 s.e. and a > 2 s.e., jackknife)" + ("" if v["ok"] else
-                                                          "; not established" if not v["edge_below"] else "")),
+            "(|e∞| ≤ 2 s.e. and a > 2 s.e. over all steps and over the chosen window, jackknife)"
+            + {"marginal": "" if v["finite"] else "; the limit of δ_NN(t) is not resolved",
+               "below": "", "mixed": "; e∞ is below 0 over all steps, consistent with 0 over the later ones: not "
+                                     "established"}[
+                v["edge"]]),
             f"{prof(Lm)}: {int(lp['lim_reps'])} path sets × {int(lp['lim_N'])} paths, t ≤ {int(max(lp['lim_times']))}, "
-            f"fits over t ≥ {t_min}"))
+            f"fits over t ≥ {' and t ≥ '.join(str(t) for t in v['judged'])}"))
     # 5. δ_lin
     i = len(DL["horizons"]) - 1
     st = int(DL["status"][i])

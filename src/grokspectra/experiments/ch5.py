@@ -384,18 +384,3 @@ def plateau(u: dict, device: torch.device) -> dict:
     return {"cos": hard_cos(out["M"], out["Q"]).cpu().numpy(), "test": out["test"].cpu().numpy(),
             "train": out["train"].cpu().numpy()}
 
-
-def shown_value(R, P, key: str):
-    """An analysis parameter that belongs with a shown result ``R`` but is not a key of it (e.g. ``t0`` for
-    ``curves``): the notebook's own value ``P[key]`` when ``R`` is of the notebook's profile, else the value in
-    ``R``'s profile (the paper result shown in a CI build is analysed with the paper's ``t0``). Falls back to
-    ``P[key]`` when that profile cannot be read."""
-    from ..params import ParamError, load_profile
-
-    prof = R.meta.get("profile")
-    if not prof or prof == P.get("profile"):
-        return P[key]
-    try:
-        return load_profile(prof, SECTION).get(key, P[key])
-    except (ParamError, OSError, ValueError):
-        return P[key]
