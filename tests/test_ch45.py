@@ -748,3 +748,19 @@ def test_limit_row_of_chapter_4_is_scored_only_for_an_established_limit():
     assert "6.0 combined uncertainties above" in s and "not a test" not in s
     assert "not a test" in ch4.limit_gap_sentence({**lim, "ok": False}, fss)
     assert ch4.limit_gap_sentence(None, fss) == ""
+
+
+def test_limit_parameters_are_checked_with_clear_errors():
+    """ch3.limit refuses a δ grid or step list that is not strictly increasing, and the analysis a t_min that is not
+    a computed step or leaves fewer than four steps, each naming the parameter."""
+    from grokspectra.experiments import ch3
+    from grokspectra.params import ParamError, load_profile
+    P = {**load_profile("ci", ch3.SECTION), "profile": "ci"}
+    with pytest.raises(ParamError, match="lim_deltas"):
+        ch3.limit.units(ch3.limit.params({**P, "lim_deltas": [6.0, 4.0, 8.0]}))
+    with pytest.raises(ParamError, match="lim_times"):
+        ch3.limit.units(ch3.limit.params({**P, "lim_times": [10, 10, 20]}))
+    rt = {"times": np.array([10, 15, 20, 30, 40])}
+    for bad in (12, 30):
+        with pytest.raises(ParamError, match="lim_tmin"):
+            ch3.limit_windows(rt, bad)

@@ -29,7 +29,7 @@ import torch
 from .. import dmft, hessian as hs, multiindex as mi, spectral as sp
 from .. import sweep, transitions as tr
 from ..device import device_name, get_device, synchronize
-from ..params import Param, Schema
+from ..params import Param, ParamError, Schema
 from . import costs, experiment
 
 SECTION = "ch3_outlier"
@@ -515,7 +515,12 @@ def dlin(p, device):
 
 
 def _limit_units(p: dict) -> list[dict]:
-    """One unit per δ of ``lim_deltas``: every replicate and every t of ``lim_times``."""
+    """One unit per δ of ``lim_deltas``: every replicate and every t of ``lim_times``. Both lists must increase
+    strictly (a grid to interpolate roots on, steps to fit laws to)."""
+    for k in ("lim_deltas", "lim_times"):
+        v = list(p[k])
+        if len(v) < 2 or any(b <= a for a, b in zip(v, v[1:])):
+            raise ParamError(f"{k} = {v} must have at least two entries, in strictly increasing order")
     return [{"delta": float(dl), "times": list(p["lim_times"]), "N": p["lim_N"], "reps": p["lim_reps"],
              "eta": p["eta_quad"], "seed": p["seed"]} for dl in p["lim_deltas"]]
 
@@ -785,6 +790,9 @@ def limit_windows(rt: dict, t_min: int, min_points: int = 5) -> list[dict]:
     law), and always for t₀ = ``t_min``; in increasing t₀. The spread over windows is the fit's systematic error:
     a law that held over the whole range would give the same limit in every window."""
     times = np.sort(np.asarray(rt["times"]))
+    if int(t_min) not in set(times.tolist()) or np.sum(times >= t_min) < 4:
+        raise ParamError(f"lim_tmin = {t_min} must be one of the computed steps {times.tolist()} with at least four "
+                         "steps from it on (three parameters per law)")
     t0s = sorted({int(t) for t in times if np.sum(times >= t) >= min_points} | {int(t_min)})
     return [{"t_min": t0, "fd": limit_fits(rt["times"], rt["root"], rt["root_se"], rt["root_jk"], t_min=t0),
              "fe": limit_fits(rt["times"], rt["edge"], rt["edge_se"], rt["edge_jk"], t_min=t0)} for t0 in t0s]
