@@ -764,3 +764,22 @@ def test_limit_parameters_are_checked_with_clear_errors():
     for bad in (12, 30):
         with pytest.raises(ParamError, match="lim_tmin"):
             ch3.limit_windows(rt, bad)
+
+
+def test_outlier_split_counts_unsolved_seeds_and_never_uses_them():
+    """ch3.outlier_split on a synthetic comparison of 5 seeds at one δ: 1 escaped, 1 not escaped whose outlier solve
+    failed (nan prediction, fail = 1), 3 with predictions. The failed seed is counted in ``failed`` and left out of
+    the mean difference (which is that of the 3 predicted seeds, checked by hand); a result without the ``fail``
+    array (stored before it existed) counts none."""
+    from grokspectra.experiments import ch3
+    nan = np.nan
+    gd = np.array([[[-1.00, 0, 0, 0], [-2.0, 0, 0, 0], [-1.10, 0, 0, 0], [-0.90, 0, 0, 0], [-5.0, 0, 0, 0]]])
+    emp = np.array([[[-1.02, 0, 0, 0], [nan] * 4, [-1.05, 0, 0, 0], [-0.95, 0, 0, 0], [nan] * 4]])
+    O = {"quad_deltas": np.array([8.0]), "quad_gd": gd, "quad_emp": emp,
+         "quad_cos": np.array([[0.1, 0.2, 0.1, 0.1, 0.9]]), "quad_fail": np.array([[0, 1, 0, 0, 0.0]])}
+    r = ch3.outlier_split(O, "quad")[0]
+    assert (r["escaped"], r["failed"], r["predicted"]) == (1, 1, 3)
+    diff = np.array([-1.00 + 1.02, -1.10 + 1.05, -0.90 + 0.95])
+    assert abs(r["mean_diff"] - diff.mean()) < 1e-12 and abs(r["sd_diff"] - diff.std(ddof=1)) < 1e-12
+    del O["quad_fail"]
+    assert ch3.outlier_split(O, "quad")[0]["failed"] == 0

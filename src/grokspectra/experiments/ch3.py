@@ -136,13 +136,15 @@ def _outliers_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
     out = {}
     for name in STUDENTS:
         deltas = p[f"{name}_deltas"]
-        rows = {k: [] for k in ("gd", "emp", "cos", "anti", "seeded", "plain", "M")}
+        rows = {k: [] for k in ("gd", "emp", "cos", "fail", "anti", "seeded", "plain", "M")}
         for dl in deltas:
             mine = [(u, r) for u, r in zip(units, results) if u["student"] == name and u["delta"] == float(dl)]
             gd = sorted([(u["seeds"][0], r) for u, r in mine if u["kind"] == "gd"], key=lambda x: x[0])
             dm = [r for u, r in mine if u["kind"] == "dmft"][0]
             for k in ("gd", "emp", "cos"):
                 rows[k].append(np.concatenate([np.asarray(r[k]) for _, r in gd], 0))
+            rows["fail"].append(np.concatenate([np.asarray(r["fail"]) if "fail" in r else
+                                                np.zeros(len(np.asarray(r["cos"]))) for _, r in gd]))
             for k in ("anti", "seeded", "plain"):
                 rows[k].append(np.asarray(dm[k]))
             m_gd = np.concatenate([np.asarray(r["M_gd"]) for _, r in gd])
@@ -576,12 +578,14 @@ def limit(u, device):
 # --- analysis used by the chapter ----------------------------------------------------------------------------------
 def outlier_split(O, name: str, threshold: float = 0.5) -> list[dict]:
     """Per δ, the seeds of the outlier comparison split by whether GD has escaped (|cos(θ^t, θ_*)| ≥ ``threshold``)
-    at the step of the comparison. For the seeds that have not escaped and whose own empirical law predicts an
-    outlier: the differences λ_min(GD) − z_out(empirical law), their mean, standard deviation and standard error
+    at the step of the comparison, with ``failed``: the seeds that have not escaped and whose own outlier equation
+    did not converge (no prediction, never a value). For the seeds that have not escaped and whose own empirical
+    law predicts an outlier: the differences λ_min(GD) − z_out(empirical law), their mean, standard deviation and standard error
     (the seed spread), and ``agree`` = |mean| ≤ 2 s.e. + 0.01 |z_out| (None with fewer than two such seeds)."""
     rows = []
     for i, dl in enumerate(O[f"{name}_deltas"]):
         gd, emp, cos = O[f"{name}_gd"][i], O[f"{name}_emp"][i], O[f"{name}_cos"][i]
+        fail = O[f"{name}_fail"][i] > 0 if f"{name}_fail" in getattr(O, "arrays", O) else np.zeros(cos.shape, bool)
         esc = cos >= threshold
         pred = ~esc & np.isfinite(emp[:, 0])
         diff = gd[pred, 0] - emp[pred, 0]
@@ -591,6 +595,7 @@ def outlier_split(O, name: str, threshold: float = 0.5) -> list[dict]:
         se = sd / math.sqrt(n) if n > 1 else float("nan")
         tol = 2 * se + 0.01 * float(np.abs(emp[pred, 0]).mean()) if n > 1 else float("nan")
         rows.append({"delta": float(dl), "seeds": int(cos.size), "escaped": int(esc.sum()), "predicted": n,
+                     "failed": int((fail & ~esc).sum()),
                      "gd_esc": gd[esc, 0], "gd_not": gd[~esc, 0], "emp_not": emp[~esc, 0], "mean_diff": mean,
                      "sd_diff": sd, "se_diff": se, "tol": tol, "agree": bool(abs(mean) <= tol) if n > 1 else None})
     return rows
@@ -953,7 +958,9 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile:
             f"hard outlier of the GD Hessian = root of Φ_t on the run's own weights ({label}, δ = {r['delta']:g})",
             "eq. app-outlier; mechanism of [MW26]", "difference 0",
             f"{r['mean_diff']:+.4f} ± {r['se_diff']:.4f} over {r['predicted']} non-escaped seeds "
-            f"({r['escaped']} of {r['seeds']} escaped: no outlier)", r["agree"],
+            f"({r['escaped']} of {r['seeds']} escaped: no outlier"
+            + (f"; {r['failed']} not escaped whose outlier solve did not converge, left out" if r.get("failed") else "")
+            + ")", r["agree"],
             f"(|mean| ≤ 2 s.e. + 1 % = {r['tol']:.4f})")
         rows.append(report.at_scale(row, f"{prof(O)}: d = {d}, {r['seeds']} seeds",
                                     comparable=d >= 2000 and r["predicted"] >= 10, needs="d ≥ 2000, ≥ 10 seeds"))
