@@ -135,10 +135,17 @@ class InProcess:
 
     name = "in-process"
 
-    def map(self, exp, units: Sequence[dict], device: str, ckpts: Sequence[str | None] | None = None
-            ) -> Iterator[tuple[int, dict, float, str]]:
+    def map(self, exp, units: Sequence[dict], device: str, ckpts: Sequence[str | None] | None = None,
+            keep_going: bool = False) -> Iterator[tuple[int, dict | DivergenceError, float, str]]:
+        """(unit index, arrays, wall time, device) per unit; with ``keep_going`` a unit that diverges yields its
+        :class:`DivergenceError` in place of the arrays and the others go on."""
         for i, u in enumerate(units):
-            arrays, wall, dev = _compute(exp.name, exp.code(), u, device, None, ckpts[i] if ckpts else None)
+            try:
+                arrays, wall, dev = _compute(exp.name, exp.code(), u, device, None, ckpts[i] if ckpts else None)
+            except DivergenceError as err:
+                if not keep_going:
+                    raise
+                arrays, wall, dev = err, 0.0, ""
             yield i, arrays, wall, dev
 
     def close(self) -> None:
@@ -152,15 +159,21 @@ class DaskExecutor:
         self.client, self.threads, self.owns = client, threads_per_worker, owns_cluster
         self.name = f"dask {client.scheduler.address}"
 
-    def map(self, exp, units: Sequence[dict], device: str, ckpts: Sequence[str | None] | None = None
-            ) -> Iterator[tuple[int, dict, float, str]]:
+    def map(self, exp, units: Sequence[dict], device: str, ckpts: Sequence[str | None] | None = None,
+            keep_going: bool = False) -> Iterator[tuple[int, dict | DivergenceError, float, str]]:
+        """As :meth:`InProcess.map`, in the order the units finish."""
         from distributed import as_completed
 
         futs = {self.client.submit(_compute, exp.name, exp.code(), u, device, self.threads,
                                    ckpts[i] if ckpts else None, pure=False,
                                    key=f"{exp.name}-{i}-{time.time_ns()}"): i for i, u in enumerate(units)}
         for fut in as_completed(futs):
-            arrays, wall, dev = fut.result()  # a lost worker's unit is rescheduled by dask; errors re-raise here
+            try:
+                arrays, wall, dev = fut.result()  # a lost worker's unit is rescheduled by dask; errors re-raise here
+            except DivergenceError as err:
+                if not keep_going:
+                    raise
+                arrays, wall, dev = err, 0.0, ""
             yield futs[fut], arrays, wall, dev
 
     def close(self) -> None:
@@ -207,9 +220,10 @@ def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device:
     Stored units (current code, intact files) are loaded; the others are computed by ``executor`` and each is
     written to the store as soon as it arrives, so an interruption loses at most the units in flight.
 
-    With ``keep_going`` (the CLI's sweeps), units are handed to the executor one at a time and a unit whose
-    computation diverges (:class:`~grokspectra.device.DivergenceError`) is skipped: every other unit is computed
-    and stored, and then :class:`UnitsDiverged` names the skipped ones. Without it the first divergence stops.
+    With ``keep_going`` (the CLI's sweeps), a unit whose computation diverges
+    (:class:`~grokspectra.device.DivergenceError`) is skipped: every other unit is computed (in parallel on a
+    cluster, as without it) and stored, and then :class:`UnitsDiverged` names the skipped ones. Without it the
+    first divergence stops the sweep.
     """
     executor = executor or InProcess()
     code = exp.code()
@@ -229,24 +243,18 @@ def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device:
         failed = []
         try:
             ckpts = [str(checkpoint_path(store, profile, exp, units[i])) for i in todo]
-            batches = [[j] for j in range(len(todo))] if keep_going else [list(range(len(todo)))]
-            for batch in batches:
-                try:
-                    for jb, arrays, wall, dev in executor.map(exp, [units[todo[j]] for j in batch], device,
-                                                              [ckpts[j] for j in batch]):
-                        j = batch[jb]
-                        i = todo[j]
-                        extra = {"unit": i, "units": len(units), "cost": float(exp.cost_of(units[i]))}
-                        results[i] = store.save(exp.name, units[i], code, profile, arrays, device=dev, wall_s=wall,
-                                                extra=extra)
-                        Path(ckpts[j]).unlink(missing_ok=True)
-                        bar.update(1)
-                except DivergenceError as err:
-                    if not keep_going:
-                        raise
-                    failed.append((todo[batch[0]], err))
-                    log(f"{exp.name}: unit {todo[batch[0]]} ({describe(units[todo[batch[0]]], 60)}) diverged, "
-                        f"skipped: {err}")
+            for j, arrays, wall, dev in executor.map(exp, [units[i] for i in todo], device, ckpts,
+                                                     keep_going=keep_going):
+                i = todo[j]
+                if isinstance(arrays, DivergenceError):  # only with keep_going: skip it, compute the others
+                    failed.append((i, arrays))
+                    log(f"{exp.name}: unit {i} ({describe(units[i], 60)}) diverged, skipped: {arrays}")
+                    continue
+                extra = {"unit": i, "units": len(units), "cost": float(exp.cost_of(units[i]))}
+                results[i] = store.save(exp.name, units[i], code, profile, arrays, device=dev, wall_s=wall,
+                                        extra=extra)
+                Path(ckpts[j]).unlink(missing_ok=True)
+                bar.update(1)
         finally:
             bar.close()
         if failed:
