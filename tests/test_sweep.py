@@ -514,3 +514,103 @@ def test_keep_going_stores_every_unit_but_the_diverged_one(tmp_path, monkeypatch
     monkeypatch.setattr(HEAD, "fn", real)
     r = HEAD.run(TINY, store=st.Store(tmp_path / "b"), show=False)
     assert r.meta["units"] == 4 and len(list((tmp_path / "b").rglob("*.json"))) == 4
+
+
+def test_on_diverged_stores_the_outcome_and_versions_it_by_the_handler(tmp_path, monkeypatch):
+    """An experiment with an ``on_diverged`` handler: a diverged unit's outcome is stored (marked with the error)
+    and the sweep goes on without keep_going; the outcome counts as current only while the handler's code version is
+    unchanged; a handler that declines (None) leaves the divergence an error."""
+    import torch
+    from grokspectra.device import DivergenceError
+
+    real, code = HEAD.fn, HEAD.code()
+
+    def faulty(u, device):
+        if u["seeds"] == [3] and u["eta"] > 0:
+            raise DivergenceError("synthetic divergence at step 7")
+        return real(u, device)
+
+    faulty.__module__ = real.__module__
+    monkeypatch.setattr(HEAD, "fn", faulty)
+    monkeypatch.setattr(HEAD, "code", lambda: code)
+    seen = []
+
+    def outcome(u, err):
+        seen.append(str(err))
+        return {k: np.zeros_like(v) for k, v in real(u, torch.device("cpu")).items()}  # a recognisable outcome
+
+    monkeypatch.setattr(HEAD, "_diverged", outcome)
+    monkeypatch.setattr(HEAD, "_outcome_code", "handler-v1")
+    store = st.Store(tmp_path)
+    r = HEAD.run(TINY, store=store, show=False)  # no keep_going needed
+    assert seen == ["synthetic divergence at step 7"] and r.meta["units"] == 4
+    metas = [json.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
+    marked = [m for m in metas if "diverged" in m]
+    assert len(metas) == 4 and len(marked) == 1
+    assert marked[0]["outcome_code"] == "handler-v1" and "step 7" in marked[0]["diverged"]
+    units, prof = HEAD.units(HEAD.params(TINY)), marked[0]["profile"]
+    got = [HEAD.load_unit(store, u, prof) for u in units]
+    assert [g is not None for g in got] == [True] * 4
+    assert not np.any(got[1]["test_acc"]) and np.any(got[0]["test_acc"])  # unit 1 holds the handler's outcome
+    assert "wall_s" in marked[0]
+    rate_units = sweep.estimate_rate(HEAD, store, time_probe=False)
+    assert np.isfinite(rate_units[0]) and "3 stored" in rate_units[1]  # the outcome is not timed
+    # a changed handler: that unit (only) is missing again, and a rerun computes only it
+    monkeypatch.setattr(HEAD, "_outcome_code", "handler-v2")
+    assert [HEAD.load_unit(store, u, prof) is not None for u in units] == [True, False, True, True]
+    HEAD.run(TINY, store=store, show=False)
+    assert len(seen) == 2
+    # a handler that declines: the divergence is an error again, and nothing of it is stored
+    monkeypatch.setattr(HEAD, "_diverged", lambda u, err: None)
+    monkeypatch.setattr(HEAD, "_outcome_code", "handler-v3")
+    with pytest.raises(DivergenceError, match="step 7"):
+        HEAD.run(TINY, store=store, show=False)
+
+
+def test_dnn_outcome_of_a_diverged_dmft_is_a_breakdown_row_and_keeps_the_code_version():
+    """ch3.dnn's handler: a cell whose DMFT diverges is recorded as "DMFT breakdown" at every t (no root, the
+    bracket searched); registering it below the experiment leaves the units' code version that of the unit
+    function alone."""
+    from grokspectra.device import DivergenceError
+    from grokspectra.experiments import ch3
+
+    e = ex.find("ch3.dnn")
+    u = e.units(e.params(load_profile("ci", ch3.SECTION)))[0]
+    out = e.outcome(u, DivergenceError("DMFT diverged at step 60"))
+    cell = out["arrays"]["cell"]
+    assert cell.shape == (len(u["dnn_times"]), len(ch3.DNN_FIELDS))
+    st_ = cell[:, ch3.DNN_FIELDS.index("status")]
+    assert all(ch3.BISECT_STATUS[int(s)] == "DMFT breakdown" for s in st_)
+    assert np.isnan(cell[:, 0]).all() and (cell[:, 1] == u["dnn_lo"]).all() and (cell[:, 2] == u["dnn_hi"]).all()
+    assert out["extra"]["diverged"] == "DMFT diverged at step 60" and out["extra"]["outcome_code"] == e.outcome_code()
+    assert e.code() == version.code_version([e.fn]) and e.outcome_code() != e.code()
+
+
+def test_a_unit_that_kills_its_workers_is_a_clear_sweep_error(monkeypatch):
+    """Dask gives up on a unit whose every worker died (KilledWorker; most often the worker's memory limit): the
+    sweep stops with a SweepError naming the unit and the limit and saying what to do, not a Dask traceback."""
+    import distributed
+
+    class Fut:
+        def result(self):
+            import types
+
+            raise distributed.KilledWorker("ch7.headline-1", types.SimpleNamespace(address="tcp://127.0.0.1:1"), 4)
+
+    class Client:
+        class scheduler:
+            address = "tcp://127.0.0.1:0"
+
+        def submit(self, *a, **k):
+            return Fut()
+
+        def scheduler_info(self):
+            return {"workers": {"w0": {"memory_limit": 3 * 2 ** 30}, "w1": {"memory_limit": 2 * 2 ** 30}}}
+
+    monkeypatch.setattr(distributed, "as_completed", lambda futs: list(futs))
+    exe = sweep.DaskExecutor(Client())
+    units = HEAD.units(HEAD.params(TINY))
+    with pytest.raises(sweep.SweepError) as e:
+        list(exe.map(HEAD, units[:1], "cpu", keep_going=True))
+    msg = str(e.value)
+    assert "unit 0" in msg and "2.0 GiB here" in msg and "--workers 1" in msg and "stored so far are kept" in msg

@@ -141,7 +141,7 @@ def _dry_run(plans, store: Store, a) -> int:
     for e, P in plans:
         profile = e.profile_for(P)
         units = e.units(e.params(P))
-        have = [store.load(e.name, u, e.code(), profile) is not None for u in units]
+        have = [e.load_unit(store, u, profile) is not None for u in units]
         rate, how = sweep.estimate_rate(e, store, device=P.get("device", "auto"), time_probe=not a.no_probe)
         left = sum(e.cost_of(u) * rate for u, h in zip(units, have) if not h)
         total_left += left if left == left else 0.0

@@ -162,7 +162,7 @@ class DaskExecutor:
     def map(self, exp, units: Sequence[dict], device: str, ckpts: Sequence[str | None] | None = None,
             keep_going: bool = False) -> Iterator[tuple[int, dict | DivergenceError, float, str]]:
         """As :meth:`InProcess.map`, in the order the units finish."""
-        from distributed import as_completed
+        from distributed import KilledWorker, as_completed
 
         futs = {self.client.submit(_compute, exp.name, exp.code(), u, device, self.threads,
                                    ckpts[i] if ckpts else None, pure=False,
@@ -174,6 +174,12 @@ class DaskExecutor:
                 if not keep_going:
                     raise
                 arrays, wall, dev = err, 0.0, ""
+            except KilledWorker as err:  # every worker that tried the unit died: most often it ran out of memory
+                limit = _worker_memory_limit(self.client)
+                raise SweepError(f"{exp.name}: unit {futs[fut]} ({describe(units[futs[fut]], 60)}) killed every "
+                                 f"worker that ran it ({err}). A worker is stopped when it exceeds its memory limit"
+                                 f"{limit}: run this experiment with fewer workers (--workers 1, or without "
+                                 "--workers); the units stored so far are kept") from None
             yield futs[fut], arrays, wall, dev
 
     def close(self) -> None:
@@ -181,6 +187,16 @@ class DaskExecutor:
         self.client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _worker_memory_limit(client) -> str:
+    """' (N GiB here)', the smallest memory limit of the cluster's workers, or '' when it is not known."""
+    try:
+        lims = [w.get("memory_limit") for w in client.scheduler_info()["workers"].values()]
+        lims = [x for x in lims if x]
+        return f" ({min(lims) / 2 ** 30:.1f} GiB here)" if lims else ""
+    except Exception:  # noqa: BLE001 - only a hint in an error message
+        return ""
 
 
 def make_executor(workers: int | None = None, scheduler: str | None = None, timeout_s: float = 30.0):
@@ -223,7 +239,9 @@ def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device:
     With ``keep_going`` (the CLI's sweeps), a unit whose computation diverges
     (:class:`~grokspectra.device.DivergenceError`) is skipped: every other unit is computed (in parallel on a
     cluster, as without it) and stored, and then :class:`UnitsDiverged` names the skipped ones. Without it the
-    first divergence stops the sweep.
+    first divergence stops the sweep. A diverged unit whose experiment has a ``diverged`` handler that gives its
+    outcome (:meth:`~grokspectra.experiments.Experiment.outcome`) is stored with that outcome instead, marked with
+    the error.
     """
     executor = executor or InProcess()
     code = exp.code()
@@ -232,7 +250,7 @@ def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device:
     results: list[Result | None] = [None] * len(units)
     todo = []
     for i, u in enumerate(units):
-        hit = None if force else store.load(exp.name, u, code, profile)
+        hit = None if force else exp.load_unit(store, u, profile)
         if hit is None:
             todo.append(i)
         else:
@@ -243,14 +261,22 @@ def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device:
         failed = []
         try:
             ckpts = [str(checkpoint_path(store, profile, exp, units[i])) for i in todo]
+            handled = exp.outcome_code() is not None
             for j, arrays, wall, dev in executor.map(exp, [units[i] for i in todo], device, ckpts,
-                                                     keep_going=keep_going):
+                                                     keep_going=keep_going or handled):
                 i = todo[j]
-                if isinstance(arrays, DivergenceError):  # only with keep_going: skip it, compute the others
-                    failed.append((i, arrays))
-                    log(f"{exp.name}: unit {i} ({describe(units[i], 60)}) diverged, skipped: {arrays}")
-                    continue
                 extra = {"unit": i, "units": len(units), "cost": float(exp.cost_of(units[i]))}
+                if isinstance(arrays, DivergenceError):
+                    out = exp.outcome(units[i], arrays)
+                    if out is None and not keep_going:
+                        raise arrays
+                    if out is None:  # keep_going: skip it, compute the others
+                        failed.append((i, arrays))
+                        log(f"{exp.name}: unit {i} ({describe(units[i], 60)}) diverged, skipped: {arrays}")
+                        continue
+                    log(f"{exp.name}: unit {i} ({describe(units[i], 60)}) diverged; its outcome is stored: {arrays}")
+                    arrays, extra = out["arrays"], {**extra, **out["extra"]}
+                    dev = dev or _device_name(device)
                 results[i] = store.save(exp.name, units[i], code, profile, arrays, device=dev, wall_s=wall,
                                         extra=extra)
                 Path(ckpts[j]).unlink(missing_ok=True)
@@ -261,6 +287,12 @@ def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device:
             raise UnitsDiverged(f"{len(failed)} of {len(units)} units diverged and were not stored (the others "
                                 "are): " + "; ".join(f"unit {i} ({describe(units[i], 60)}): {e}" for i, e in failed))
     return results  # type: ignore[return-value]
+
+
+def _device_name(device: str) -> str:
+    from .device import device_name, get_device
+
+    return device_name(get_device(device))
 
 
 def assemble(exp, params: Mapping, units: Sequence[dict], results: Sequence[Result], profile: str) -> Result:
@@ -298,7 +330,8 @@ def estimate_rate(exp, store: Store, device: str = "auto", time_probe: bool = Tr
     rates = []
     for m in store.metas(exp.name):
         cost = _stored_cost(exp, m)
-        if m.get("code") == exp.code() and cost > 0 and m.get("wall_s") == m.get("wall_s"):
+        if m.get("code") == exp.code() and cost > 0 and m.get("wall_s") == m.get("wall_s") \
+                and "diverged" not in m:  # a diverged unit's outcome took no compute worth timing
             rates.append(float(m["wall_s"]) / cost)
     if rates:
         return float(np.median(rates)), f"from {len(rates)} stored unit(s)"

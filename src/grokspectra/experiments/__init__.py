@@ -8,7 +8,13 @@ parameters) and its experiments with :func:`experiment`:
 * ``@experiment(SECTION, keys=[...], units=U, reduce=R, cost=C, shrink=S)`` on ``fn(u, device) -> arrays``, which
   computes ONE unit: ``U(p)`` lists the units (JSON-able dicts holding every parameter the unit needs; a unit's
   store key hashes exactly its dict), ``R(p, units, results)`` assembles the experiment's arrays, ``C(u)`` is a
-  unit's relative cost and ``S(u)`` a cheap version of it used to time ``--dry-run`` estimates.
+  unit's relative cost and ``S(u)`` a cheap version of it used to time ``--dry-run`` estimates;
+* ``@exp.on_diverged`` on ``D(u, err) -> arrays | None`` (optional, below the experiment ``exp``): the outcome
+  of a unit whose engine diverged (:class:`~grokspectra.device.DivergenceError` ``err``), for a grid some of
+  whose cells lie beyond an engine's range (chapter 3's δ_NN grid: a DMFT whose step size is too large there).
+  The outcome is stored like any unit, marked with the error (``meta["diverged"]``) and versioned by ``D``'s own
+  code, so that the unit is computed again when ``D`` changes; ``None`` declines, and the divergence is then an
+  error as without ``D``.
 
 :meth:`Experiment.run` loads or computes every unit (:mod:`grokspectra.sweep`, any executor) and assembles the
 result; :meth:`Experiment.best` returns the ``paper`` profile's result when the store holds every unit of it for
@@ -43,13 +49,16 @@ class Experiment:
     def __init__(self, name: str, fn: Callable[[dict, torch.device], Mapping[str, Any]], section: str,
                  keys: Iterable[str], units: Callable[[dict], list[dict]] | None = None,
                  reduce: Callable[[dict, list[dict], list[dict]], Mapping[str, Any]] | None = None,
-                 cost: Callable[[dict], float] | None = None, shrink: Callable[[dict], dict] | None = None):
+                 cost: Callable[[dict], float] | None = None, shrink: Callable[[dict], dict] | None = None,
+                 diverged: Callable[[dict, DivergenceError], Mapping[str, Any] | None] | None = None):
         if (units is None) != (reduce is None):
             raise TypeError(f"experiment {name}: give both units= and reduce=, or neither")
         self.name, self.fn, self.section = name, fn, section
         self.keys = tuple(keys)
         self._units, self._reduce, self._cost, self._shrink = units, reduce, cost, shrink
+        self._diverged = diverged
         self._code: str | None = None
+        self._outcome_code: str | None = None
 
     def __repr__(self) -> str:
         return f"Experiment({self.name!r}, keys={self.keys})"
@@ -69,6 +78,39 @@ class Experiment:
         if self._code is None:
             self._code = code_version(self.roots())
         return self._code
+
+    def on_diverged(self, fn: Callable[[dict, DivergenceError], Mapping[str, Any] | None]):
+        """Decorator: register ``fn(u, err)`` as the outcome of a unit whose computation diverged (see the module
+        docstring). A separate registration, not an argument of :func:`experiment`, so that adding or changing it
+        leaves the code version of the units that did not diverge unchanged (the unit function's source, decorator
+        included, is part of it)."""
+        self._diverged, self._outcome_code = fn, None
+        return fn
+
+    def outcome_code(self) -> str | None:
+        """The code version of the ``diverged`` handler (``None`` without one): it makes a stored outcome of a
+        diverged unit, so such a unit is current only while the handler is unchanged."""
+        if self._diverged is not None and self._outcome_code is None:
+            self._outcome_code = code_version([self._diverged])
+        return self._outcome_code
+
+    def outcome(self, u: Mapping[str, Any], err: DivergenceError) -> dict | None:
+        """The stored outcome of unit ``u`` whose computation raised ``err``, or ``None`` (no handler, or it
+        declines): arrays, with the extra metadata that marks them."""
+        if self._diverged is None:
+            return None
+        arrays = self._diverged(dict(u), err)
+        if arrays is None:
+            return None
+        return {"arrays": dict(arrays), "extra": {"diverged": str(err), "outcome_code": self.outcome_code()}}
+
+    def load_unit(self, store: Store, u: Mapping[str, Any], profile: str) -> Result | None:
+        """The stored unit ``u`` for the current code, or ``None``; an outcome of a diverged unit counts only
+        when the ``diverged`` handler that made it is unchanged."""
+        r = store.load(self.name, u, self.code(), profile)
+        if r is not None and "diverged" in r.meta and r.meta.get("outcome_code") != self.outcome_code():
+            return None
+        return r
 
     def params(self, P: Mapping[str, Any]) -> dict[str, Any]:
         missing = [k for k in self.keys if k not in P]
@@ -124,8 +166,9 @@ class Experiment:
         """Load or compute every unit of this experiment for the notebook parameters ``P`` and assemble them.
 
         A :class:`~grokspectra.device.DivergenceError` from an engine is re-raised naming this experiment and its
-        parameters; nothing of the diverged unit is stored. With ``keep_going`` the other units are computed and
-        stored first (``sweep.run_units``)."""
+        parameters; nothing of the diverged unit is stored, unless the experiment's ``on_diverged`` handler gives
+        its outcome, which is stored instead. With ``keep_going`` the other units are computed and stored first
+        (``sweep.run_units``)."""
         from .. import sweep
 
         dev = device if device is not None else P.get("device", "auto")
@@ -153,7 +196,7 @@ class Experiment:
         store = store or Store()
         sub = self.params(P)
         units = self.units(sub)
-        got = [store.load(self.name, u, self.code(), profile) for u in units]
+        got = [self.load_unit(store, u, profile) for u in units]
         n = sum(r is not None for r in got)
         if n < len(units):
             return None, n, len(units)
@@ -195,7 +238,7 @@ class Experiment:
         if n and partial:
             sub = self.params(P)
             units = self.units(sub)
-            got = [(u, store.load(self.name, u, self.code(), name)) for u in units]
+            got = [(u, self.load_unit(store, u, name)) for u in units]
             got = [(u, r) for u, r in got if r is not None]
             from .. import sweep
 
@@ -221,13 +264,13 @@ def profile_status(e: Experiment, profile: str = "paper", store: Store | None = 
     P = e.schema.validate(load_profile(profile, e.section))
     prof = e.profile_for(P)
     units = e.units(e.params(P))
-    n = sum(store.load(e.name, u, e.code(), prof) is not None for u in units)
+    n = sum(e.load_unit(store, u, prof) is not None for u in units)
     stale = any(m.get("code") != e.code() for m in store.metas(e.name, prof))
     state = "current" if n == len(units) else "partial" if n else "stale" if stale else "missing"
     left = 0.0
     if n < len(units):
         rate, _ = sweep.estimate_rate(e, store, time_probe=False)
-        done = [u for u in units if store.load(e.name, u, e.code(), prof) is not None]
+        done = [u for u in units if e.load_unit(store, u, prof) is not None]
         left = rate * (sum(e.cost_of(u) for u in units) - sum(e.cost_of(u) for u in done))
     return {"experiment": e.name, "stored": n, "units": len(units), "state": state, "left_s": float(left)}
 
@@ -239,13 +282,13 @@ def section_status(section: str, profile: str = "paper", store: Store | None = N
 
 
 def experiment(section: str, keys: Iterable[str], *, units=None, reduce=None, cost=None, shrink=None,
-               name: str | None = None):
+               diverged=None, name: str | None = None):
     """Decorator: register ``fn`` as the experiment ``<chapter>.<fn name>`` (see the module docstring)."""
 
     def wrap(fn):
         chapter = fn.__module__.rsplit(".", 1)[-1]
         exp = Experiment(name or f"{chapter}.{fn.__name__}", fn, section, keys, units=units, reduce=reduce,
-                         cost=cost, shrink=shrink)
+                         cost=cost, shrink=shrink, diverged=diverged)
         REGISTRY[exp.name] = exp
         return exp
 

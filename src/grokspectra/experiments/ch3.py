@@ -338,6 +338,16 @@ def dnn(u, device):
     return {"cell": r, "dmft_runs": np.asarray(n), "wall_s": np.asarray(sweep.unit_elapsed(t0))}
 
 
+@dnn.on_diverged
+def _dnn_diverged(u: dict, err) -> dict:
+    """The outcome of a cell whose DMFT diverges (its iterates exceed 1e30: the step size is too large at some δ
+    of the bracket): the "DMFT breakdown" row of every t, as :func:`_dnn_cell` records a DMFT that loses positive
+    definiteness — no root, the bracket searched, no DMFT run kept."""
+    row = [np.nan, u["dnn_lo"], u["dnn_hi"]] + [np.nan] * 4 + [BISECT_STATUS.index("DMFT breakdown")]
+    return {"cell": np.array([row] * len(u["dnn_times"]), float), "dmft_runs": np.asarray(0),
+            "wall_s": np.asarray(0.0)}
+
+
 def _alg_cost(p: dict) -> float:
     """The theory's bisection and an outlier equation per δ (a fixed-size law), and per δ trials × (n·d² for the
     spectral matrix + d³ for its eigendecomposition)."""
