@@ -737,8 +737,8 @@ def test_limit_row_of_chapter_4_is_scored_only_for_an_established_limit():
     combined uncertainties (δ∞ = 9 ± 0.3 against δ_c(∞) = 6 ± 0.4 ± 0: 6.0) and says "not a test" for a limit
     chapter 3 does not establish."""
     from grokspectra.experiments import ch4
-    lim = {"inf": 9.0, "inf_se": 0.3, "a": 0.5, "a_se": 0.1, "ok": True, "t_max": 120, "act": "quad", "m": 1,
-           "link": "pr_clip", "clip": 6.0, "eta": 0.1}
+    lim = {"inf": 9.0, "inf_se": 0.3, "inf_syst": 0.0, "a": 0.5, "a_se": 0.1, "ok": True, "t_max": 120,
+           "act": "quad", "m": 1, "link": "pr_clip", "clip": 6.0, "eta": 0.1}
     p = {"link": "pr_clip", "clip": 6.0}
     assert ch4.limit_applies(lim, "quad:1:0.1", p)
     assert not ch4.limit_applies(lim, "gelu:2:2.0", p) and not ch4.limit_applies(lim, "quad:1:0.2", p)
@@ -748,6 +748,8 @@ def test_limit_row_of_chapter_4_is_scored_only_for_an_established_limit():
     assert "6.0 combined uncertainties above" in s and "not a test" not in s
     assert "not a test" in ch4.limit_gap_sentence({**lim, "ok": False}, fss)
     assert ch4.limit_gap_sentence(None, fss) == ""
+    u, z = ch4.limit_gap({**lim, "inf_syst": 0.4}, {**fss, "syst": 0.0})  # every error in quadrature: √0.41
+    assert u == pytest.approx(0.41 ** 0.5) and z == pytest.approx(3.0 / 0.41 ** 0.5)
 
 
 def test_limit_parameters_are_checked_with_clear_errors():

@@ -610,14 +610,20 @@ def limit_applies(lim: dict | None, student: str, p: dict) -> bool:
             and (p["link"] != "pr_clip" or p["clip"] == lim["clip"]))
 
 
+def limit_gap(lim: dict, fss: dict) -> tuple[float, float]:
+    """(combined uncertainty, |δ_NN(∞) − δ_c(∞)| in its units): the jackknife s.e. and window spread of chapter
+    3's limit and the statistical and systematic errors of GD's extrapolated δ_c(∞), in quadrature."""
+    u = math.sqrt(lim["inf_se"] ** 2 + lim["inf_syst"] ** 2 + fss["stat"] ** 2 + fss["syst"] ** 2)
+    return u, abs(lim["inf"] - fss["mid"]) / u
+
+
 def limit_gap_sentence(lim: dict, fss: dict) -> str:
-    """Chapter 3's δ_NN(∞) against GD's extrapolated δ_c(∞), in combined uncertainties (jackknife s.e. of the limit,
-    statistical and systematic errors of δ_c(∞)), and whether the limit is established. "" without both."""
+    """Chapter 3's δ_NN(∞) against GD's extrapolated δ_c(∞), in combined uncertainties (:func:`limit_gap`), and
+    whether the limit is established. "" without both."""
     if not lim or not fss or not (np.isfinite(lim["inf"]) and np.isfinite(fss["mid"])):
         return ""
-    u = math.sqrt(lim["inf_se"] ** 2 + lim.get("inf_syst", 0.0) ** 2 + fss["stat"] ** 2 + fss["syst"] ** 2)
-    z = abs(lim["inf"] - fss["mid"]) / u
-    s = (f"The limit of chapter 3, δ_NN(∞) = {lim['inf']:.2f} ± {lim['inf_se']:.2f} ± {lim.get('inf_syst', 0.0):.2f} "
+    _, z = limit_gap(lim, fss)
+    s = (f"The limit of chapter 3, δ_NN(∞) = {lim['inf']:.2f} ± {lim['inf_se']:.2f} ± {lim['inf_syst']:.2f} "
          f"(δ_NN(t) for t ≤ {lim['t_max']}), "
          f"lies {z:.1f} combined uncertainties {'above' if lim['inf'] > fss['mid'] else 'below'} GD's "
          f"δ_c(∞) = {fss['mid']:.2f}")
@@ -637,7 +643,7 @@ def threshold_table(thr: dict, fss: dict, A: dict, dd, dalg: float, si: int = 0,
     if lim:
         rows.append(f"| δ_NN(∞){'' if lim['ok'] else ' (not established)'} | limit of δ_NN($t$), "
                     f"$t$ ≤ {lim['t_max']} (ch. 3, eq. ch3-limit) | {f(lim['inf'])} | ± {f(lim['inf_se'])} "
-                    f"(jackknife) ± {f(lim.get('inf_syst', float('nan')))} (fit window) |")
+                    f"(jackknife) ± {f(lim['inf_syst'])} (fit window) |")
     if np.isfinite(thr["delta_lin"]):
         rows.append(f"| δ_lin($T$ = {thr['lin_T']}) | linearised DMFT (ch. 3) | {f(thr['delta_lin'])} | "
                     f"± {f(thr['delta_lin_unc'])} |")
@@ -690,15 +696,14 @@ def claims(thr, fss, A, dd, dalg, res, med_warm, med_rand, frac_warm, frac_rand,
         scale, comparable=big, needs="d = 4000, ≥ 16 seeds"))
     # 1b. … at the limit t → ∞ of δ_NN(t) (chapter 3), where phase 1 ends if the bulk edge reaches zero there
     if lim and fss:
-        tot = math.sqrt(fss["stat"] ** 2 + fss["syst"] ** 2 + lim["inf_se"] ** 2 + lim.get("inf_syst", 0.0) ** 2)
+        tot, gap = limit_gap(lim, fss)
         agree = report.within(fss["mid"], lim["inf"], 2 * tot) if lim["ok"] else None
-        gap = abs(fss["mid"] - lim["inf"]) / tot
         note = (f"(|Δ| ≤ 2 × combined uncertainty = {2 * tot:.2f})" if lim["ok"] else
                 f"{gap:.1f} combined uncertainties apart, but chapter 3 does not establish δ_NN(∞) as the end of "
                 "phase 1: not a test")
         rows.append(report.at_scale(report.Claim(
             "GD's success rate jumps at δ_NN = lim δ_NN(t)", "[MW26], numerical validation; our eq. ch3-limit",
-            f"δ_NN(∞) = {lim['inf']:.2f} ± {lim['inf_se']:.2f} ± {lim.get('inf_syst', 0.0):.2f} (t ≤ {lim['t_max']})",
+            f"δ_NN(∞) = {lim['inf']:.2f} ± {lim['inf_se']:.2f} ± {lim['inf_syst']:.2f} (t ≤ {lim['t_max']})",
             f"δ_c(∞) = {fss['mid']:.2f} ± {fss['stat']:.2f} (stat.) ± {fss['syst']:.2f} (syst.)", agree, note),
             scale, comparable=big, needs="d = 4000, ≥ 16 seeds"))
     # 2. the linearised DMFT agrees with the Hessian criterion
