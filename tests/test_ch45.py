@@ -714,6 +714,12 @@ def test_limit_verdict_needs_all_steps_and_the_chosen_window():
     assert "not established" in ch3.limit_definition(mixed, 20) and "11.60 ± 0.50 ± 0.90" in ch3.limit_definition(mixed, 20)
     below = [win(10, -0.2, 0.02), win(20, -0.2, 0.05)]
     assert ch3.limit_verdict(below, 20)["edge"] == "below"
+    # later (unjudged) windows that do not exclude 0 are named in the sentence; they do not change the verdict
+    later = below + [win(40, -0.05, 0.05), win(60, -0.3, 0.05)]
+    assert ch3.limit_verdict(later, 20)["edge"] == "below"
+    s_ = ch3.limit_sentence({"reps": 8}, later, 20)
+    assert "below 0" in s_ and "Of the 2 later windows, 1 (t ≥ 40)" in s_
+    assert "later windows" not in ch3.limit_sentence({"reps": 8}, below, 20)
     unresolved = [win(10, 0.0, 0.02, a=0.1, a_se=0.2), win(20, 0.0, 0.03)]
     assert ch3.limit_verdict(unresolved, 20)["edge"] == "marginal" and not ch3.limit_verdict(unresolved, 20)["finite"]
 

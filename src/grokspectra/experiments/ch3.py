@@ -858,6 +858,11 @@ def limit_sentence(rt: dict, wins: list[dict], t_min: int) -> str:
                           "fit over the later steps does not exclude 0, so that the edge reaches 0 as t → ∞ is not "
                           "established by these steps (a slower approach than one power law, or a limit slightly "
                           "below 0, fits them as well). "}[v["edge"]]
+    late = [w for w in wins if w["t_min"] > max(v["judged"])]
+    free = [w["t_min"] for w in late if abs(w["fe"]["power"]["inf"]) <= 2 * w["fe"]["power"]["inf_se"]]
+    if v["edge"] != "marginal" and free:
+        s += (f"Of the {len(late)} later windows, {len(free)} (t ≥ {', '.join(str(t) for t in free)}) have larger "
+              "errors and do not exclude 0; the verdict rests on the windows judged, as set before the run. ")
     s += (f"δ_NN(t) = δ∞ − A t^(−a) gives δ∞ = {pd['inf']:.2f} ± {pd['inf_se']:.2f} (jackknife) ± "
           f"{v['inf_syst']:.2f} (half its range over the windows) with a = {pd['a']:.2f} ± {pd['a_se']:.2f} "
           f"(χ² = {pd['chi2']:.1f} on {pd['dof']} dof); unbounded growth b₀ + b₁ log t gives b₁ = {lg['b1']:.2f} ± "
