@@ -931,7 +931,7 @@ def limit_definition(wins: list[dict], t_min: int) -> str:
                 f"δ∞ of eq. (ch3-limit), {v['inf']:.2f} ± {v['inf_se']:.2f} ± {v['inf_syst']:.2f} for the Quad toy; "
                 "the finite-t values of the table above are lower estimates of it, and the chapters that compare GD "
                 "with δ_NN (4 and 5) use both.")
-    why = {"below": "the edge does not approach zero", "mixed": "the fits do not establish that the edge reaches zero",
+    why = {"below": "the fitted limit of the bulk edge lies below zero", "mixed": "the fits do not establish that the edge reaches zero",
            "marginal": "δ_NN(t) is not shown to approach a finite limit"}[v["edge"]]
     extra = (f" The limit of δ_NN(t) itself is finite within the fits, δ∞ = {v['inf']:.2f} ± {v['inf_se']:.2f} ± "
              f"{v['inf_syst']:.2f}, and chapters 4 and 5 show it beside GD's thresholds, as a number whose meaning "
