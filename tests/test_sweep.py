@@ -417,6 +417,9 @@ def test_best_partial_shows_the_stored_cells_of_a_grid(tmp_path):
     from grokspectra.experiments import ch3
     text = ch3.dnn_coverage_sentence(part)
     assert "Of the 2 cells" in text and "1 is computed" in text and "s = 1 (" in text and "s = 0.25" not in text
+    arr = {k: np.array(v) for k, v in part.arrays.items()}
+    arr["status"][0, 0, 0, 0] = ch3.BISECT_STATUS.index("DMFT breakdown")  # a cell stored as a breakdown
+    assert "s = 1 (DMFT breakdown)" in ch3.dnn_coverage_sentence(st.Result(arr, part.meta))
     assert e.best(live, store=store, profile=str(prof)) is live and "1 of 2 units" in live.meta["note"]
     assert ch3.dnn_coverage_sentence(e.run(P, store=store, show=False)) == ""  # the whole grid: nothing to say
 

@@ -639,9 +639,12 @@ def dnn_coverage_sentence(Dn) -> str:
         for im, m in enumerate(q["dnn_ms"]):
             for il, lk in enumerate(q["dnn_links"]):
                 for isc, s in enumerate(q["dnn_scales"]):
-                    if np.isfinite(Dn["status"][ia, im, il, isc]).any():
-                        done.append((f"{a}, m = {m}, {lk}, s = {s:g}", float(Dn["wall_s"][ia, im, il, isc])))
-    cells = "; ".join(f"{c} ({w / 60:.0f} min of compute)" for c, w in done)
+                    st = Dn["status"][ia, im, il, isc]
+                    if np.isfinite(st).any():
+                        what = ("DMFT breakdown" if np.all(st == BISECT_STATUS.index("DMFT breakdown")) else
+                                f"{float(Dn['wall_s'][ia, im, il, isc]) / 60:.0f} min of compute")
+                        done.append(f"{a}, m = {m}, {lk}, s = {s:g} ({what})")
+    cells = "; ".join(done)
     return (f"Of the {got[1]} cells of the {Dn.meta.get('profile', '?')} profile's grid, {got[0]} "
             f"{'is' if got[0] == 1 else 'are'} computed so far and shown: {cells}. The others compute, resuming "
             "where they stopped, with `python -m grokspectra run ch3.dnn --profile paper`.")
