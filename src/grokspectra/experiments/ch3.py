@@ -841,6 +841,13 @@ def limit_verdict(wins: list[dict], t_min: int) -> dict:
             "windows": [w["t_min"] for w in wins], "judged": [w["t_min"] for w in judged]}
 
 
+def _later_windows(wins: list[dict], v: dict) -> tuple[list[dict], list[int]]:
+    """The windows after those :func:`limit_verdict` judged, and the t₀ of those among them whose e∞ is within
+    2 s.e. of 0."""
+    late = [w for w in wins if w["t_min"] > max(v["judged"])]
+    return late, [w["t_min"] for w in late if abs(w["fe"]["power"]["inf"]) <= 2 * w["fe"]["power"]["inf_se"]]
+
+
 def limit_sentence(rt: dict, wins: list[dict], t_min: int) -> str:
     """The section's result in words, from :func:`limit_roots` and the window scan :func:`limit_windows`."""
     v = limit_verdict(wins, t_min)
@@ -861,8 +868,7 @@ def limit_sentence(rt: dict, wins: list[dict], t_min: int) -> str:
                           "fit over the later steps does not exclude 0, so that the edge reaches 0 as t → ∞ is not "
                           "established by these steps (a slower approach than one power law, or a limit slightly "
                           "below 0, fits them as well). "}[v["edge"]]
-    late = [w for w in wins if w["t_min"] > max(v["judged"])]
-    free = [w["t_min"] for w in late if abs(w["fe"]["power"]["inf"]) <= 2 * w["fe"]["power"]["inf_se"]]
+    late, free = _later_windows(wins, v)
     if v["edge"] != "marginal" and free:
         s += (f"Of the {len(late)} later windows, {len(free)} (t ≥ {', '.join(str(t) for t in free)}) have larger "
               "errors and do not exclude 0; the verdict rests on the windows judged, as set before the run. ")
@@ -1022,6 +1028,7 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile:
         v = limit_verdict(wins, t_min)
         es = [w["fe"]["power"] for w in wins if w["t_min"] in v["judged"]]
         zs = ", ".join(f"{p['inf'] / p['inf_se']:+.1f}" for p in es)
+        late, free = _later_windows(wins, v)
         lp = Lm.meta["params"]
         rows.append(report.at_scale(report.Claim(
             "δ_NN(t) tends to a finite limit where the bulk edge reaches 0 (phase 1 ends as t → ∞)",
@@ -1032,8 +1039,10 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile:
             True if v["ok"] else (False if v["edge_below"] else None),
             "(|e∞| ≤ 2 s.e. and a > 2 s.e. over all steps and over the chosen window, jackknife)"
             + {"marginal": "" if v["finite"] else "; the limit of δ_NN(t) is not resolved",
-               "below": "", "mixed": "; e∞ is below 0 over all steps, consistent with 0 over the later ones: not "
-                                     "established"}[
+               "below": (f"; {len(free)} of the {len(late)} later, shorter windows do not exclude 0" if free
+                         else ""),
+               "mixed": "; e∞ is below 0 over all steps, consistent with 0 over the later ones: not "
+                        "established"}[
                 v["edge"]]),
             f"{prof(Lm)}: {int(lp['lim_reps'])} path sets × {int(lp['lim_N'])} paths, t ≤ {int(max(lp['lim_times']))}, "
             f"fits over t ≥ {' and t ≥ '.join(str(t) for t in v['judged'])}"))
