@@ -791,3 +791,28 @@ def test_outlier_split_counts_unsolved_seeds_and_never_uses_them():
     assert abs(r["mean_diff"] - diff.mean()) < 1e-12 and abs(r["sd_diff"] - diff.std(ddof=1)) < 1e-12
     del O["quad_fail"]
     assert ch3.outlier_split(O, "quad")[0]["failed"] == 0
+
+
+def test_outlier_window_inverts_the_grid_and_counts_late_crossings():
+    """ch4.outlier_window: δ_NN(t) = 5, 6, 7 at t = 10, 20, 40 puts t*(5.5) at √(10·20) (log-linear), δ below the
+    first root "before" and at or above the last "after"; a band from δ_NN ± its uncertainty brackets t*. Then
+    escape_vs_window counts the successful crossings after the band's upper end (nan off the grid), and the
+    sentence reports them at the largest d."""
+    from grokspectra.experiments import ch4
+    rt = {"times": np.array([10, 20, 40]), "root": np.array([5.0, 6.0, 7.0]), "root_se": np.array([0.1, 0.1, 0.1]),
+          "interp": np.zeros(3)}
+    tw = ch4.outlier_window(rt, [4.0, 5.5, 7.5])
+    assert list(tw["where"]) == ["before", "in grid", "after"]
+    assert tw["t"][1] == pytest.approx(200 ** 0.5) and tw["lo"][1] < tw["t"][1] < tw["hi"][1]
+    assert np.isnan(tw["t"][[0, 2]]).all()
+    with pytest.raises(ValueError, match="increase with t"):
+        ch4.outlier_window({**rt, "root": np.array([5.0, 7.0, 6.0])}, [5.5])
+    # one d, three δ, four seeds: at δ = 5.5 two successes cross after t* (at 100 and 50), one before (at 5)
+    t_hit = np.array([[[3, 4, np.nan, np.nan], [5, 100, 50, np.nan], [8, 9, 10, 41]]], float)[None]
+    cos = np.where(np.isfinite(t_hit), 0.9, 0.1)
+    E = ch4.escape_vs_window({"t_hit": t_hit, "cos_final": cos}, 0, tw, 0.5)
+    assert E["succ"].tolist() == [[2, 3, 4]] and E["late"][0, 1] == 2 and np.isnan(E["late"][0, [0, 2]]).all()
+    assert E["t_med"][0, 1] == 50
+    s = ch4.escape_window_sentence(E, tw, [1000])
+    assert "At d = 1000" in s and "2 of 3 successful runs cross after it" in s and "2 at δ = 4" in s
+    assert "At δ ≥ 7.5 the outlier outlives the last computed step (t = 40), and 3 of the 4" in s  # 8, 9, 10 ≤ 40

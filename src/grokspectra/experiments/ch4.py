@@ -601,6 +601,83 @@ def gap_sentence(thr: dict, fss: dict, A: dict, dd, si: int = 0) -> str:
     return txt
 
 
+def outlier_window(rt: dict, deltas) -> dict:
+    """t*(δ): the DMFT step after which the first phase has no informative negative outlier at sample ratio δ, i.e.
+    δ < δ_NN(t) for t > t*, inverted from chapter 3's grid of δ_NN(t) (``ch3.limit_roots``; δ_NN(t) increases with
+    t) by log-linear interpolation of t in δ_NN(t). ``lo``/``hi``: the same with δ_NN(t) ± its uncertainty
+    (jackknife s.e. and interpolation error). Arrays [δ]: ``t``, ``lo``, ``hi`` (nan off the grid) and ``where``:
+    "in grid", "before" (δ below δ_NN at the first step: no outlier at any computed step) or "after" (the outlier
+    outlives the last computed step)."""
+    t, r = np.asarray(rt["times"], float), np.asarray(rt["root"], float)
+    u = np.hypot(np.asarray(rt["root_se"], float), np.asarray(rt["interp"], float))
+    if not (np.all(np.isfinite(r)) and np.all(np.diff(r) > 0)):
+        raise ValueError(f"δ_NN(t) must be finite and increase with t to be inverted; got {np.round(r, 3).tolist()}")
+    lt = np.log(t)
+
+    def inv(rr, dl):
+        rr = np.maximum.accumulate(rr)  # keep the shifted curve monotone
+        return float(np.exp(np.interp(dl, rr, lt))) if rr[0] <= dl < rr[-1] else float("nan")
+
+    d = np.asarray(deltas, float)
+    where = np.array(["before" if x < r[0] else "after" if x >= r[-1] else "in grid" for x in d])
+    return {"t": np.array([inv(r, x) for x in d]), "lo": np.array([inv(r + u, x) for x in d]),
+            "hi": np.array([inv(r - u, x) for x in d]), "where": where, "deltas": d, "t_first": float(t[0]),
+            "t_last": float(t[-1])}
+
+
+def escape_vs_window(res, si: int, tw: dict, threshold: float) -> dict:
+    """GD's crossings (step of |cos| ≥ ``threshold``, successful runs) against t*(δ) (:func:`outlier_window` on the
+    sweep's δ), for student ``si``. Arrays [d, δ]: ``succ`` (successful runs), ``late`` (of them, those that cross
+    after the upper end of t*'s band, when the DMFT's informative outlier is gone; nan where t* is off the grid),
+    ``t_med`` (median crossing step of the successful runs) and ``hits`` (their crossing steps)."""
+    t_hit = np.asarray(res["t_hit"], float)[si]
+    ok = np.isfinite(t_hit) & (np.asarray(res["cos_final"], float)[si] >= threshold)
+    hi = np.asarray(tw["hi"], float)[None, :, None]
+    late = np.where(np.isfinite(tw["t"])[None, :], (ok & (t_hit > hi)).sum(-1), np.nan)
+    t_med = np.full(ok.shape[:2], np.nan)
+    for idx in np.ndindex(*ok.shape[:2]):
+        if ok[idx].any():
+            t_med[idx] = float(np.median(t_hit[idx][ok[idx]]))
+    hits = np.empty(ok.shape[:2], dtype=object)
+    for idx in np.ndindex(*ok.shape[:2]):
+        hits[idx] = t_hit[idx][ok[idx]]
+    return {"succ": ok.sum(-1), "late": late, "t_med": t_med, "hits": hits}
+
+
+def escape_window_sentence(E: dict, tw: dict, d_list) -> str:
+    """At the largest d: per δ whose t* lies on the grid and that has successes, how many successful runs cross
+    after t*; how many of the runs at δ whose outlier outlives the grid cross within its steps; and the runs that
+    succeed at δ with no outlier at any computed step."""
+    i = len(d_list) - 1
+    parts, tot, late = [], 0, 0
+    for j, dl in enumerate(tw["deltas"]):
+        n = int(E["succ"][i, j])
+        if tw["where"][j] == "in grid" and n:
+            k = int(E["late"][i, j])
+            tot, late = tot + n, late + k
+            parts.append(f"at δ = {dl:g}, t* = {tw['t'][j]:.0f} [{tw['lo'][j]:.0f}, {tw['hi'][j]:.0f}] and {k} of {n} "
+                         f"successful runs cross after it (median crossing step {E['t_med'][i, j]:.0f})")
+    if not parts:
+        return ""
+    s = (f"At d = {int(d_list[i])}, " + "; ".join(parts) + f": {late} of {tot} crossings in all come after the "
+         "DMFT's informative outlier has gone. " + (
+             "So at these δ most escapes end after the outlier of the first phase is gone: it does not carry them "
+             "to the end, and GD succeeds at δ below δ_NN(t) for the steps at which it escapes." if 2 * late > tot
+             else "Most escapes end while the outlier is there, as the paper's picture has it."))
+    after = [j for j, w in enumerate(tw["where"]) if w == "after" and E["succ"][i, j]]
+    if after:
+        n = int(sum(E["succ"][i, j] for j in after))
+        k = int(sum(np.sum(E["hits"][i, j] <= tw["t_last"]) for j in after))
+        s += (f" At δ ≥ {tw['deltas'][after[0]]:g} the outlier outlives the last computed step (t = "
+              f"{tw['t_last']:.0f}), and {k} of the {n} successful runs there cross before that step.")
+    before = [(dl, int(E["succ"][i, j])) for j, dl in enumerate(tw["deltas"]) if tw["where"][j] == "before"
+              and E["succ"][i, j]]
+    if before:
+        s += (" Runs succeed even where the criterion finds no outlier at any computed step (t ≥ "
+              f"{tw['t_first']:.0f}): " + ", ".join(f"{n} at δ = {dl:g}" for dl, n in before) + ".")
+    return s
+
+
 def limit_applies(lim: dict | None, student: str, p: dict) -> bool:
     """Is chapter 3's δ_NN(∞) (``ch3.limit_summary``) computed for this student, link and step size?"""
     if not lim:
