@@ -816,3 +816,7 @@ def test_outlier_window_inverts_the_grid_and_counts_late_crossings():
     s = ch4.escape_window_sentence(E, tw, [1000])
     assert "At d = 1000" in s and "2 of 3 successful runs cross after it" in s and "2 at δ = 4" in s
     assert "At δ ≥ 7.5 the outlier outlives the last computed step (t = 40), and 3 of the 4" in s  # 8, 9, 10 ≤ 40
+    E2 = ch4.escape_vs_window({"t_hit": np.concatenate([t_hit, t_hit], 1), "cos_final": np.concatenate([cos, cos], 1)},
+                              0, tw, 0.5)  # two d with the same runs
+    assert "The same count at each d: 2 of 3 at d = 500, 2 of 3 at d = 1000." in ch4.escape_window_sentence(
+        E2, tw, [500, 1000])

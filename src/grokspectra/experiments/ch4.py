@@ -664,6 +664,11 @@ def escape_window_sentence(E: dict, tw: dict, d_list) -> str:
              "So at these δ most escapes end after the outlier of the first phase is gone: it does not carry them "
              "to the end, and GD succeeds at δ below δ_NN(t) for the steps at which it escapes." if 2 * late > tot
              else "Most escapes end while the outlier is there, as the paper's picture has it."))
+    grid = [j for j, w in enumerate(tw["where"]) if w == "in grid"]
+    if len(d_list) > 1 and grid:
+        per_d = [(int(d_list[k]), int(np.nansum(E["late"][k, grid])), int(np.sum(E["succ"][k, grid])))
+                 for k in range(len(d_list))]
+        s += (" The same count at each d: " + ", ".join(f"{a} of {b} at d = {d_}" for d_, a, b in per_d) + ".")
     after = [j for j, w in enumerate(tw["where"]) if w == "after" and E["succ"][i, j]]
     if after:
         n = int(sum(E["succ"][i, j] for j in after))
