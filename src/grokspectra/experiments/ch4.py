@@ -629,19 +629,16 @@ def escape_vs_window(res, si: int, tw: dict, threshold: float) -> dict:
     """GD's crossings (step of |cos| ≥ ``threshold``, successful runs) against t*(δ) (:func:`outlier_window` on the
     sweep's δ), for student ``si``. Arrays [d, δ]: ``succ`` (successful runs), ``late`` (of them, those that cross
     after the upper end of t*'s band, when the DMFT's informative outlier is gone; nan where t* is off the grid),
-    ``t_med`` (median crossing step of the successful runs) and ``hits`` (their crossing steps)."""
+    ``t_med`` (median crossing step of the successful runs) and ``within`` (those that cross by the grid's last
+    step)."""
     t_hit = np.asarray(res["t_hit"], float)[si]
     ok = np.isfinite(t_hit) & (np.asarray(res["cos_final"], float)[si] >= threshold)
     hi = np.asarray(tw["hi"], float)[None, :, None]
     late = np.where(np.isfinite(tw["t"])[None, :], (ok & (t_hit > hi)).sum(-1), np.nan)
-    t_med = np.full(ok.shape[:2], np.nan)
-    for idx in np.ndindex(*ok.shape[:2]):
-        if ok[idx].any():
-            t_med[idx] = float(np.median(t_hit[idx][ok[idx]]))
-    hits = np.empty(ok.shape[:2], dtype=object)
-    for idx in np.ndindex(*ok.shape[:2]):
-        hits[idx] = t_hit[idx][ok[idx]]
-    return {"succ": ok.sum(-1), "late": late, "t_med": t_med, "hits": hits}
+    with np.errstate(all="ignore"):  # nan where a (d, δ) has no success
+        t_med = np.nanmedian(np.where(ok, t_hit, np.nan), axis=-1)
+    return {"succ": ok.sum(-1), "late": late, "t_med": t_med,
+            "within": (ok & (t_hit <= tw["t_last"])).sum(-1)}
 
 
 def escape_window_sentence(E: dict, tw: dict, d_list) -> str:
@@ -672,7 +669,7 @@ def escape_window_sentence(E: dict, tw: dict, d_list) -> str:
     after = [j for j, w in enumerate(tw["where"]) if w == "after" and E["succ"][i, j]]
     if after:
         n = int(sum(E["succ"][i, j] for j in after))
-        k = int(sum(np.sum(E["hits"][i, j] <= tw["t_last"]) for j in after))
+        k = int(sum(E["within"][i, j] for j in after))
         s += (f" At δ ≥ {tw['deltas'][after[0]]:g} the outlier outlives the last computed step (t = "
               f"{tw['t_last']:.0f}), and {k} of the {n} successful runs there cross before that step.")
     before = [(dl, int(E["succ"][i, j])) for j, dl in enumerate(tw["deltas"]) if tw["where"][j] == "before"
