@@ -114,13 +114,14 @@ def cmd_run(a) -> int:
         executor = sweep.make_executor(a.workers, a.scheduler)
     except sweep.SweepError as err:
         raise SystemExit(f"error: {err}")
-    diverged = []  # experiments with units that diverged: the sweep goes on with every other unit and experiment
+    diverged = []  # experiments with units that diverged or do not fit: the sweep goes on with every other one
+    max_memory = _max_memory(a)
     try:
         for e, P in plans:
             t0 = time.perf_counter()
             try:
-                r = e.run(P, store=store, force=a.force, executor=executor, keep_going=True)
-            except sweep.UnitsDiverged as err:
+                r = e.run(P, store=store, force=a.force, executor=executor, keep_going=True, max_memory=max_memory)
+            except (sweep.UnitsDiverged, sweep.UnitsTooLarge) as err:
                 diverged.append(str(err))
                 print(f"{e.name:22s} incomplete: {err}", file=sys.stderr, flush=True)
                 continue
@@ -135,9 +136,29 @@ def cmd_run(a) -> int:
     return 0
 
 
+def _max_memory(a) -> float | None:
+    """``--max-memory GIB`` in bytes (None: the device's own memory)."""
+    if a.max_memory is None:
+        return None
+    if not a.max_memory > 0:
+        raise SystemExit(f"error: --max-memory must be a positive number of GiB, got {a.max_memory}")
+    return a.max_memory * 2 ** 30
+
+
+def _memory_note(e: ex.Experiment, u: dict, limit: float) -> str:
+    """A unit's estimated peak memory for the dry-run listing, marked ``!`` when it exceeds ``limit``."""
+    need = e.memory_of(u)
+    if need is None:
+        return ""
+    return f"{sweep.fmt_bytes(need)}{'!' if need > limit else ''}"
+
+
 def _dry_run(plans, store: Store, a) -> int:
-    """List every unit, whether it is stored, and its estimated time (from stored units or a timed probe)."""
+    """List every unit, whether it is stored, its estimated time (from stored units or a timed probe) and, where
+    its experiment has a memory model, its estimated peak memory (``!``: more than the device has; such a unit
+    would not be started)."""
     total_left, unknown = 0.0, 0
+    max_memory = _max_memory(a)
     for e, P in plans:
         profile = e.profile_for(P)
         units = e.units(e.params(P))
@@ -148,9 +169,14 @@ def _dry_run(plans, store: Store, a) -> int:
         unknown += left != left
         print(f"{e.name} [{profile}]: {sum(have)}/{len(units)} units stored; estimated time left "
               f"{sweep.fmt_seconds(left)} ({how})")
+        limit, where = (max_memory, "--max-memory") if max_memory else \
+            sweep.InProcess().memory_limit(P.get("device", "auto"))
+        mem = [_memory_note(e, u, limit) for u in units]
+        if any(mem):
+            print(f"  (peak memory estimated per unit; '!': more than {where}, so it would not be started)")
         for i, (u, h) in enumerate(zip(units, have)):
             est = "stored" if h else sweep.fmt_seconds(e.cost_of(u) * rate)
-            print(f"  {i:4d}  {est:>8s}  {sweep.describe(u)}")
+            print(f"  {i:4d}  {est:>8s}  {mem[i]:>7s}  {sweep.describe(u)}")
     print(f"estimated time left in all: {sweep.fmt_seconds(total_left)} on this machine's device(s)"
           + (f", plus {unknown} experiment(s) with no estimate" if unknown else ""))
     return 0
@@ -174,8 +200,10 @@ def cmd_status(a) -> int:
         left = st["left_s"]
         total_left += left if left == left else 0.0
         unknown += left != left
+        big = st.get("too_big", 0)
         rows.append((name, f"{st['stored']}/{st['units']}", st["state"],
-                     sweep.fmt_seconds(left) if st["stored"] < st["units"] else "0"))
+                     (sweep.fmt_seconds(left) if st["stored"] < st["units"] else "0")
+                     + (f"  ({big} unit(s) need more memory than {st['memory']})" if big else "")))
     print(f"profile {a.profile} in {store.root}")
     print(f"{'experiment':22s} {'units':>9s}  {'result':8s}  est. time left")
     for r in rows:
@@ -332,6 +360,9 @@ def _main(argv=None) -> int:
                    help="compute units on an existing Dask cluster (e.g. tcp://host:8786)")
     r.add_argument("--dry-run", action="store_true", help="list the units and estimate their cost; compute nothing")
     r.add_argument("--no-probe", action="store_true", help="with --dry-run: do not time a probe unit")
+    r.add_argument("--max-memory", type=float, default=None, metavar="GIB",
+                   help="memory one unit may need (default: the device's total); a unit whose estimated peak "
+                        "exceeds it is not started")
     r.set_defaults(fn=cmd_run)
     st = sub.add_parser("status", help="units stored / total and time left, per experiment of a profile")
     st.add_argument("--profile", default="paper")

@@ -72,6 +72,24 @@ def device_name(device: torch.device) -> str:
     return f"cpu ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
 
 
+def device_memory(device: torch.device) -> tuple[float, str]:
+    """The memory one computation on ``device`` can use in all, in bytes, and a description of it: a GPU's total
+    memory, or the host's physical memory capped by a cgroup (container) memory limit. A total, not what is free
+    now: it is what decides whether a computation can run on this machine at all, whatever else runs beside it."""
+    if device.type == "cuda":
+        total = float(torch.cuda.get_device_properties(device).total_memory)
+        return total, f"the {torch.cuda.get_device_name(device)}'s {total / 2 ** 30:.0f} GiB"
+    total = float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    where = "this machine's"
+    try:  # cgroup v2: "max" or a number of bytes
+        lim = open("/sys/fs/cgroup/memory.max").read().strip()
+        if lim != "max" and float(lim) < total:
+            total, where = float(lim), "this container's"
+    except (OSError, ValueError):
+        pass
+    return total, f"{where} {total / 2 ** 30:.1f} GiB of memory"
+
+
 def seed_everything(seed: int) -> torch.Generator:
     """Seed python, numpy and torch (all devices); return a CPU ``torch.Generator`` seeded with ``seed``."""
     random.seed(seed)

@@ -47,16 +47,29 @@ class UnitsDiverged(DivergenceError):
     """Some units of a ``keep_going`` sweep diverged and were skipped; every other unit was computed and stored."""
 
 
-class Checkpoint:
-    """The values one unit has computed so far (JSON: key → value), and the compute time spent in earlier,
-    interrupted attempts; every :meth:`put` rewrites the file atomically."""
+class UnitsTooLarge(SweepError):
+    """Some units need more memory than the device has (their experiment's ``peak_memory`` model) and were not
+    started; every other unit was computed and stored."""
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
+
+class Checkpoint:
+    """The values one unit has computed so far (JSON: key → value), the compute time spent in earlier, interrupted
+    attempts, and the kind of device they ran on; every :meth:`put` rewrites the file atomically.
+
+    Values computed on another kind of device (a checkpoint carried from a CPU session to a borrowed GPU, or back)
+    are not used: the random streams of a CPU and a GPU generator differ, so mixing them would break the unit's
+    common random numbers and make it equal to neither device's uninterrupted run. The unit then starts afresh (and
+    ``discarded`` counts the values set aside). Files without a device were written on a CPU."""
+
+    def __init__(self, path: str | Path, device: str = "cpu"):
+        self.path, self.device = Path(path), str(device)
         self.t0 = time.perf_counter()
+        self.discarded = 0
         try:
             data = json.loads(self.path.read_text())
             self.entries, self.spent = dict(data["entries"]), float(data["spent_s"])
+            if str(data.get("device", "cpu")) != self.device:
+                self.discarded, self.entries, self.spent = len(self.entries), {}, 0.0
         except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: start afresh
             self.entries, self.spent = {}, 0.0
 
@@ -69,7 +82,7 @@ class Checkpoint:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
-            json.dump({"entries": self.entries, "spent_s": self.elapsed()}, f)
+            json.dump({"entries": self.entries, "spent_s": self.elapsed(), "device": self.device}, f)
         os.replace(tmp, self.path)
 
 
@@ -121,7 +134,10 @@ def _compute(name: str, code: str, unit: dict, device: str, threads: int | None,
                          "install the same checkout on every worker")
     dev = get_device(device)
     t0 = time.perf_counter()
-    _CKPT = Checkpoint(ckpt) if ckpt else None
+    _CKPT = Checkpoint(ckpt, dev.type) if ckpt else None
+    if _CKPT is not None and _CKPT.discarded:
+        log(f"{name}: the checkpoint {ckpt} holds {_CKPT.discarded} value(s) computed on another kind of device "
+            f"than {dev.type}; the unit starts afresh (random streams differ between devices)")
     try:
         arrays = {k: to_numpy(v) for k, v in exp.fn(dict(unit), dev).items()}
         wall = _CKPT.elapsed() if _CKPT is not None else time.perf_counter() - t0
@@ -147,6 +163,12 @@ class InProcess:
                     raise
                 arrays, wall, dev = err, 0.0, ""
             yield i, arrays, wall, dev
+
+    def memory_limit(self, device: str) -> tuple[float, str]:
+        """Bytes one unit may use here, and where that figure comes from (:func:`~grokspectra.device.device_memory`)."""
+        from .device import device_memory, get_device
+
+        return device_memory(get_device(device))
 
     def close(self) -> None:
         pass
@@ -181,6 +203,18 @@ class DaskExecutor:
                                  f"{limit}: run this experiment with fewer workers (--workers 1, or without "
                                  "--workers); the units stored so far are kept") from None
             yield futs[fut], arrays, wall, dev
+
+    def memory_limit(self, device: str) -> tuple[float, str]:
+        """Bytes one unit may use on a worker: the smallest worker memory limit (Dask stops a worker above 95 % of
+        it), or, for GPU units or workers without a limit, the device's memory as seen from here."""
+        try:
+            lims = [w.get("memory_limit") for w in self.client.scheduler_info()["workers"].values()]
+        except Exception:  # noqa: BLE001 - no limit known: fall back to this machine's device
+            lims = []
+        lims = [float(x) for x in lims if x]
+        if lims and not str(device).startswith("cuda"):
+            return 0.95 * min(lims), f"a Dask worker's {0.95 * min(lims) / 2 ** 30:.1f} GiB (95 % of its limit)"
+        return InProcess().memory_limit(device)
 
     def close(self) -> None:
         cluster = getattr(self.client, "cluster", None) if self.owns else None
@@ -230,7 +264,8 @@ def make_executor(workers: int | None = None, scheduler: str | None = None, time
 
 
 def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device: str = "auto",
-              executor=None, force: bool = False, show: bool = True, keep_going: bool = False) -> list[Result]:
+              executor=None, force: bool = False, show: bool = True, keep_going: bool = False,
+              max_memory: float | None = None) -> list[Result]:
     """Load or compute every unit of ``exp``; return their results in order.
 
     Stored units (current code, intact files) are loaded; the others are computed by ``executor`` and each is
@@ -242,6 +277,11 @@ def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device:
     first divergence stops the sweep. A diverged unit whose experiment has a ``diverged`` handler that gives its
     outcome (:meth:`~grokspectra.experiments.Experiment.outcome`) is stored with that outcome instead, marked with
     the error.
+
+    A unit whose estimated peak memory (the experiment's ``peak_memory`` model) exceeds ``max_memory`` bytes
+    (default: what the executor's device has in all, :meth:`InProcess.memory_limit`) is not started, so that it
+    neither gets killed by the operating system hours in nor pushes the machine into swap: every other unit is
+    computed and stored, and then :class:`UnitsTooLarge` names the units left out and what each needs.
     """
     executor = executor or InProcess()
     code = exp.code()
@@ -255,6 +295,15 @@ def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device:
             todo.append(i)
         else:
             results[i] = hit
+    too_big, needs = [], {i: exp.memory_of(units[i]) for i in todo}
+    if any(x is not None for x in needs.values()):
+        limit, where = (float(max_memory), f"--max-memory {max_memory / 2 ** 30:g} GiB") if max_memory \
+            else executor.memory_limit(device)
+        too_big = [(i, x) for i, x in needs.items() if x is not None and x > limit]
+        if too_big:
+            todo = [i for i in todo if i not in dict(too_big)]
+            log(f"{exp.name}: {len(too_big)} unit(s) need more memory than {where} and are not started "
+                f"(the others are computed first): " + ", ".join(str(i) for i, _ in too_big))
     if todo:
         bar = progress.bar(total=len(units), initial=len(units) - len(todo), desc=f"{exp.name} units",
                            unit="unit", disable=not show)
@@ -285,8 +334,27 @@ def run_units(exp, units: Sequence[dict], *, profile: str, store: Store, device:
             bar.close()
         if failed:
             raise UnitsDiverged(f"{len(failed)} of {len(units)} units diverged and were not stored (the others "
-                                "are): " + "; ".join(f"unit {i} ({describe(units[i], 60)}): {e}" for i, e in failed))
-    return results  # type: ignore[return-value]
+                                "are): " + "; ".join(f"unit {i} ({describe(units[i], 60)}): {e}" for i, e in failed)
+                                + (f"; and {too_big_text(exp, units, too_big, where)}" if too_big else ""))
+    if too_big:
+        raise UnitsTooLarge(too_big_text(exp, units, too_big, where))
+    return results
+
+
+def too_big_text(exp, units: Sequence[dict], too_big: Sequence[tuple[int, float]], where: str) -> str:
+    """What :class:`UnitsTooLarge` says: which units were not started, what each needs, and what to do."""
+    needs = "; ".join(f"unit {i} ({describe(units[i], 60)}) needs {fmt_bytes(n)}" for i, n in too_big)
+    return (f"{len(too_big)} of {len(units)} units were not started, since each needs more memory than {where} "
+            f"(estimated peak: {needs}); every other unit is stored. Compute them on a machine with more memory "
+            "(a large GPU: --device cuda), or give --max-memory GIB if the estimate is too cautious for this one")
+
+
+def fmt_bytes(b: float) -> str:
+    """Bytes in decimal units: '820 MB', '82 GB'."""
+    for unit, f in (("GB", 1e9), ("MB", 1e6)):
+        if b >= f:
+            return f"{b / f:.3g} {unit}" if b / f < 100 else f"{b / f:.0f} {unit}"
+    return f"{b / 1e3:.0f} kB"  # type: ignore[return-value]
 
 
 def _device_name(device: str) -> str:

@@ -9,6 +9,8 @@ parameters) and its experiments with :func:`experiment`:
   computes ONE unit: ``U(p)`` lists the units (JSON-able dicts holding every parameter the unit needs; a unit's
   store key hashes exactly its dict), ``R(p, units, results)`` assembles the experiment's arrays, ``C(u)`` is a
   unit's relative cost and ``S(u)`` a cheap version of it used to time ``--dry-run`` estimates;
+* ``@exp.peak_memory`` on ``M(u) -> bytes`` (optional, below ``exp``): a unit's estimated peak memory, so that a
+  sweep refuses, before computing anything, a unit its device cannot hold (:func:`grokspectra.sweep.run_units`);
 * ``@exp.on_diverged`` on ``D(u, err) -> arrays | None`` (optional, below the experiment ``exp``): the outcome
   of a unit whose engine diverged (:class:`~grokspectra.device.DivergenceError` ``err``), for a grid some of
   whose cells lie beyond an engine's range (chapter 3's δ_NN grid: a DMFT whose step size is too large there).
@@ -57,6 +59,7 @@ class Experiment:
         self.keys = tuple(keys)
         self._units, self._reduce, self._cost, self._shrink = units, reduce, cost, shrink
         self._diverged = diverged
+        self._memory: Callable[[dict], float] | None = None
         self._code: str | None = None
         self._outcome_code: str | None = None
 
@@ -112,6 +115,20 @@ class Experiment:
             return None
         return r
 
+    def peak_memory(self, fn: Callable[[dict], float]):
+        """Decorator: register ``fn(u)``, the estimated peak memory in bytes of computing unit ``u`` (the most it can
+        reach, e.g. a bisection's largest path count; models in :mod:`~grokspectra.experiments.costs`). A sweep does
+        not start a unit that needs more than its device has (:func:`grokspectra.sweep.run_units`). Registered
+        below the experiment, like :meth:`on_diverged`, and part of no code version: it never changes a result."""
+        self._memory = fn
+        return fn
+
+    def memory_of(self, u: Mapping[str, Any]) -> float | None:
+        """The estimated peak memory (bytes) of unit ``u``, or ``None`` without a model (or one that gives none for
+        this unit)."""
+        need = None if self._memory is None else self._memory(dict(u))
+        return None if need is None else float(need)
+
     def params(self, P: Mapping[str, Any]) -> dict[str, Any]:
         missing = [k for k in self.keys if k not in P]
         if missing:
@@ -162,13 +179,14 @@ class Experiment:
     # --- running ------------------------------------------------------------------------------------------
     def run(self, P: Mapping[str, Any], *, store: Store | None = None, force: bool = False,
             device: torch.device | str | None = None, executor=None, show: bool = True,
-            keep_going: bool = False) -> Result:
+            keep_going: bool = False, max_memory: float | None = None) -> Result:
         """Load or compute every unit of this experiment for the notebook parameters ``P`` and assemble them.
 
         A :class:`~grokspectra.device.DivergenceError` from an engine is re-raised naming this experiment and its
         parameters; nothing of the diverged unit is stored, unless the experiment's ``on_diverged`` handler gives
         its outcome, which is stored instead. With ``keep_going`` the other units are computed and stored first
-        (``sweep.run_units``)."""
+        (``sweep.run_units``). A unit whose estimated peak memory (:meth:`peak_memory`) exceeds ``max_memory`` bytes
+        (default: the device's) is not started (:class:`~grokspectra.sweep.UnitsTooLarge`)."""
         from .. import sweep
 
         dev = device if device is not None else P.get("device", "auto")
@@ -180,9 +198,11 @@ class Experiment:
         units = self.units(sub)
         try:
             results = sweep.run_units(self, units, profile=profile, store=store, device=dev, executor=executor,
-                                      force=force, show=show, keep_going=keep_going)
+                                      force=force, show=show, keep_going=keep_going, max_memory=max_memory)
         except sweep.UnitsDiverged as err:
             raise sweep.UnitsDiverged(f"experiment {self.name} with {json.dumps(canonical(sub))}: {err}") from None
+        except sweep.UnitsTooLarge as err:
+            raise sweep.UnitsTooLarge(f"experiment {self.name} [{profile}]: {err}") from None
         except DivergenceError as err:
             raise DivergenceError(f"experiment {self.name} with {json.dumps(canonical(sub))}: {err}; "
                                   "nothing was stored") from None
@@ -256,23 +276,30 @@ class Experiment:
 
 def profile_status(e: Experiment, profile: str = "paper", store: Store | None = None) -> dict:
     """How far ``profile`` is computed for experiment ``e``: units stored for the current code and their total,
-    ``state`` (current, partial, stale or missing) and ``left_s``, the estimated compute time of the missing units
-    from the stored units' own timings (nan when none is stored)."""
+    ``state`` (current, partial, stale or missing), ``left_s``, the estimated compute time of the missing units
+    from the stored units' own timings (nan when none is stored), and ``too_big``, how many missing units need
+    more memory (their experiment's ``peak_memory`` model) than ``memory`` describes (this machine's device)."""
     from .. import sweep
 
     store = store or Store()
     P = e.schema.validate(load_profile(profile, e.section))
     prof = e.profile_for(P)
     units = e.units(e.params(P))
-    n = sum(e.load_unit(store, u, prof) is not None for u in units)
+    have = [e.load_unit(store, u, prof) is not None for u in units]
+    n = sum(have)
     stale = any(m.get("code") != e.code() for m in store.metas(e.name, prof))
     state = "current" if n == len(units) else "partial" if n else "stale" if stale else "missing"
-    left = 0.0
-    if n < len(units):
+    left, too_big, where = 0.0, 0, ""
+    missing = [u for u, h in zip(units, have) if not h]
+    if missing:
         rate, _ = sweep.estimate_rate(e, store, time_probe=False)
-        done = [u for u in units if e.load_unit(store, u, prof) is not None]
-        left = rate * (sum(e.cost_of(u) for u in units) - sum(e.cost_of(u) for u in done))
-    return {"experiment": e.name, "stored": n, "units": len(units), "state": state, "left_s": float(left)}
+        left = rate * sum(e.cost_of(u) for u in missing)
+        needs = [x for x in map(e.memory_of, missing) if x is not None]
+        if needs:
+            limit, where = sweep.InProcess().memory_limit(P.get("device", "auto"))
+            too_big = sum(x > limit for x in needs)
+    return {"experiment": e.name, "stored": n, "units": len(units), "state": state, "left_s": float(left),
+            "too_big": int(too_big), "memory": where}
 
 
 def section_status(section: str, profile: str = "paper", store: Store | None = None) -> list[dict]:

@@ -156,6 +156,12 @@ def bulk(p, device):
     return out
 
 
+@bulk.peak_memory
+def _bulk_memory(p: dict) -> float:
+    """One DMFT run of ``N`` paths to the last step (the empirical Hessians are far smaller)."""
+    return costs.dmft_bytes(_even(p["N"]), max(p["times"]), p["m"])
+
+
 def _caveat_cost(p: dict) -> float:
     """Two GD runs with a dense eigendecomposition ((md)³) at ``caveat_delta``, a DMFT run of max(N_caveat) paths
     (N·m²·T²) and the branch end of each law."""
@@ -203,6 +209,12 @@ def caveat(p, device):
             "Dmin_emp": float(torch.linalg.eigvalsh(De)[:, 0].min()), "Dmin_bounded": float(torch.linalg.eigvalsh(Gb)[:, 0].min()),
             "eigs_bounded": gb["eigs"][0][0], "loc_bounded": gb["loc"][0][0],
             "edge_bounded": sp.real_axis_edge(Gb, dl)}
+
+
+@caveat.peak_memory
+def _caveat_memory(p: dict) -> float:
+    """One DMFT run of the largest ``N_caveat`` paths to ``caveat_t``."""
+    return costs.dmft_bytes(_even(max(p["N_caveat"])), p["caveat_t"], p["m"])
 
 
 # --- the chapter's analysis: figures, the edge table and the claims table (used by the notebook; tested) ----------

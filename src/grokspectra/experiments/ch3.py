@@ -216,6 +216,12 @@ def outliers(u, device):
             "M_gd": g["M"][0, :, t, 0, :].abs().amax(-1).cpu().numpy()}
 
 
+@outliers.peak_memory
+def _outliers_memory(u: dict) -> float | None:
+    """A DMFT unit: one run of ``out_N`` paths to step t at a time (GD units: no estimate, they are small)."""
+    return costs.dmft_bytes(_even(u["out_N"]), u["t"], STUDENTS[u["student"]]["m"]) if u["kind"] == "dmft" else None
+
+
 def _dnn_cell(act, m, link, scale, times, p, eta, device, seed):
     """δ_NN(t) for one cell at each t of ``times`` by ``transitions.noisy_bisect`` on the Hessian criterion
     c(δ) = −λ_min Φ_t(z₀) (eq. app-outlier; c > 0 ⇔ a negative informative outlier), with ``dnn_reps`` independent
@@ -348,6 +354,21 @@ def _dnn_diverged(u: dict, err) -> dict:
             "wall_s": np.asarray(0.0)}
 
 
+def _bisect_max_paths(n0: int, n_max: int) -> int:
+    """The most paths a replicate of ``transitions.noisy_bisect`` reaches: n0 doubled while it stays ≤ n_max."""
+    n = n0
+    while 2 * n <= n_max:
+        n *= 2
+    return n
+
+
+@dnn.peak_memory
+def _dnn_memory(u: dict) -> float:
+    """One DMFT run at the most paths the bisection can reach, to the last step of ``dnn_times``: at m = 4,
+    160 000 paths and t = 60 the path responses alone are 76 GB."""
+    return costs.dmft_bytes(_even(_bisect_max_paths(u["dnn_N"], u["dnn_Nmax"])), max(u["dnn_times"]), u["m"])
+
+
 def _alg_cost(p: dict) -> float:
     """The theory's bisection and an outlier equation per δ (a fixed-size law), and per δ trials × (n·d² for the
     spectral matrix + d³ for its eigendecomposition)."""
@@ -409,6 +430,11 @@ def linear(p, device):
     return {"deltas": np.array(p["lin_deltas"]), "M": np.array(Ms)}
 
 
+@linear.peak_memory
+def _linear_memory(p: dict) -> float:
+    return costs.dmft_bytes(_even(p["lin_N"]), p["lin_T"], 1)
+
+
 SETTLE_TIMES = (10, 20, 30, 40, 60, 80, 120, 160, 240, 320)
 
 
@@ -451,6 +477,11 @@ def settle(p, device):
         edge.append(er)
     return {"lams": np.array(p["settle_lams"], float), "times": np.array(times), "Qperp": np.array(Q),
             "train": np.array(train), "edge": np.array(edge)}
+
+
+@settle.peak_memory
+def _settle_memory(p: dict) -> float:
+    return costs.dmft_bytes(_even(p["settle_N"]), p["settle_T"], 1)
 
 
 def lin_rate(delta: float, T: int, N: int, rep: int, *, eta: float, seed: int, device="cpu") -> float:
@@ -526,6 +557,12 @@ def dlin(p, device):
     return out
 
 
+@dlin.peak_memory
+def _dlin_memory(p: dict) -> float:
+    """One DMFT run at the most paths of the bisection, to the longest horizon."""
+    return costs.dmft_bytes(_even(_bisect_max_paths(p["dlin_N0"], p["dlin_Nmax"])), max(p["dlin_horizons"]), 1)
+
+
 def _limit_units(p: dict) -> list[dict]:
     """One unit per δ of ``lim_deltas``: every replicate and every t of ``lim_times``. Both lists must increase
     strictly (a grid to interpolate roots on, steps to fit laws to)."""
@@ -585,6 +622,12 @@ def limit(u, device):
     return {"crit": crit, "edge": edge, "wall_s": np.asarray(sweep.unit_elapsed(t0))}
 
 
+@limit.peak_memory
+def _limit_memory(u: dict) -> float:
+    """One DMFT run of ``N`` paths to the last step (the replicates run one after another)."""
+    return costs.dmft_bytes(_even(u["N"]), max(u["times"]), 1)
+
+
 # --- analysis used by the chapter ----------------------------------------------------------------------------------
 def outlier_split(O, name: str, threshold: float = 0.5) -> list[dict]:
     """Per δ, the seeds of the outlier comparison split by whether GD has escaped (|cos(θ^t, θ_*)| ≥ ``threshold``)
@@ -627,9 +670,9 @@ def settle_check(S, lag: int, tol: float) -> list[dict]:
     return out
 
 
-def dnn_coverage_sentence(Dn) -> str:
+def dnn_coverage_sentence(Dn, store=None) -> str:
     """A sentence for a δ_NN grid shown only in part (``Experiment.best(partial=True)``): which cells of the
-    profile's grid are computed, their CPU time, and the command that computes the rest; "" for a whole grid."""
+    profile's grid are computed, their CPU time, and then the gap (:func:`dnn_gap_sentence`); "" for a whole grid."""
     got = Dn.meta.get("units_stored")
     if not got or got[0] >= got[1]:
         return ""
@@ -646,8 +689,53 @@ def dnn_coverage_sentence(Dn) -> str:
                         done.append(f"{a}, m = {m}, {lk}, s = {s:g} ({what})")
     cells = "; ".join(done)
     return (f"Of the {got[1]} cells of the {Dn.meta.get('profile', '?')} profile's grid, {got[0]} "
-            f"{'is' if got[0] == 1 else 'are'} computed so far and shown: {cells}. The others compute, resuming "
-            "where they stopped, with `python -m grokspectra run ch3.dnn --profile paper`.")
+            f"{'is' if got[0] == 1 else 'are'} computed so far and shown: {cells}. " + dnn_gap_sentence(Dn, store))
+
+
+def dnn_missing(Dn) -> list[dict]:
+    """The units (cells) of ``Dn``'s grid not computed: those whose status is nan at every t."""
+    units = dnn.units(Dn.meta["params"])
+    q = Dn.meta["params"]
+    idx = lambda u: (q["dnn_acts"].index(u["act"]), q["dnn_ms"].index(u["m"]),  # noqa: E731
+                     q["dnn_links"].index(u["link"]), [float(x) for x in q["dnn_scales"]].index(u["scale"]))
+    return [u for u in units if not np.isfinite(Dn["status"][idx(u)]).any()]
+
+
+def dnn_gap_sentence(Dn, store=None) -> str:
+    """What the cells not computed are (per width: how many of its cells), what they would add, their compute time
+    by the cost model (one CPU thread, calibrated on the stored cells' own timings), their peak memory by the memory
+    model, and, when some need more than this machine's device has, that a sweep here does not start them and where
+    they run. "" when every cell is computed."""
+    from ..store import Store
+
+    miss = dnn_missing(Dn)
+    if not miss:
+        return ""
+    q = Dn.meta["params"]
+    per_m = []
+    for m in q["dnn_ms"]:
+        k = sum(u["m"] == m for u in miss)
+        n = len(q["dnn_acts"]) * len(q["dnn_links"]) * len(q["dnn_scales"])
+        if k:
+            per_m.append(f"{'all' if k == n else f'{k} of the'} {n} cells at m = {m}")
+    rate, _ = sweep.estimate_rate(dnn, store or Store(), time_probe=False)
+    hours = rate * sum(dnn.cost_of(u) for u in miss) / 3600
+    when = (f"about {hours:.0f} h of one CPU thread by the cost model calibrated on the computed cells"
+            if np.isfinite(hours) else "a time the cost model cannot yet estimate (no stored cell to calibrate it)")
+    text = (f"The cells not computed — {', and '.join(per_m)} — would take {when}; they would show how δ_NN(t) "
+            "moves with the width, the link and the initialisation scale beyond the cells above. They compute, "
+            "resuming where they stopped, with `python -m grokspectra run ch3.dnn --profile paper`.")
+    needs = [dnn.memory_of(u) for u in miss]
+    limit, _ = sweep.InProcess().memory_limit("auto")
+    big = [(u, x) for u, x in zip(miss, needs) if x > limit]
+    if big:
+        ms = sorted({u["m"] for u, _ in big})
+        text += (f" Of these, {len(big)} (m = {', '.join(map(str, ms))}) need up to "
+                 f"{sweep.fmt_bytes(max(x for _, x in big))} each for one DMFT run at the bisection's most paths, "
+                 f"more than the {limit / 2 ** 30:.1f} GiB of the device that built this page: a sweep there does "
+                 "not start them (`run --dry-run` lists every cell's estimate), and a machine with that much memory, "
+                 "such as a large GPU (`--device cuda`), computes them with the same command.")
+    return text
 
 
 def dlin_low_sentence(DL, L) -> str:
