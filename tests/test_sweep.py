@@ -161,7 +161,7 @@ def test_overrides_never_land_under_the_profile(tmp_path):
     assert r.returncode != 0 and "cannot be overridden" in r.stderr and not (tmp_path / "paper").exists()
 
 
-def test_status_reports_a_partial_sweep(tmp_path):
+def test_status_reports_a_partial_sweep(tmp_path, monkeypatch):
     ci = {**TINY, "profile": "ci"}
     HEAD.run(ci, store=st.Store(tmp_path), show=False)
     name = HEAD.profile_for(ci)
@@ -182,6 +182,13 @@ def test_status_reports_a_partial_sweep(tmp_path):
     assert r.returncode == 0, r.stderr
     line = next(x for x in r.stdout.splitlines() if x.startswith("ch7.headline"))
     assert "3/4" in line and "partial" in line
+    # a missing unit too large for this machine is counted apart, with its time, and not in the time left here
+    s0 = ex.profile_status(HEAD, str(prof), st.Store(tmp_path))
+    assert s0["too_big"] == 0 and s0["left_s"] > 0 and s0["memory"] == ""
+    monkeypatch.setattr(HEAD, "_memory", lambda u: 1e18)
+    s1 = ex.profile_status(HEAD, str(prof), st.Store(tmp_path))
+    assert s1["too_big"] == 1 and s1["left_s"] == 0 and s1["too_big_s"] == pytest.approx(s0["left_s"])
+    assert "GiB" in s1["memory"]
 
 
 # --- damaged entries (a damaged entry is reported with its path and recomputed, never used) -----------------

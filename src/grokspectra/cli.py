@@ -188,7 +188,7 @@ def cmd_status(a) -> int:
     store = Store(a.store) if a.store else Store()
     ex.load_chapters()
     rows = []
-    total_left, unknown = 0.0, 0
+    total_left, total_big, unknown = 0.0, 0.0, 0
     for name in sorted(ex.REGISTRY, key=_order):
         e = ex.REGISTRY[name]
         try:
@@ -198,17 +198,21 @@ def cmd_status(a) -> int:
             continue
         st = ex.profile_status(e, a.profile, store)
         left = st["left_s"]
+        total_big += st["too_big_s"]
         total_left += left if left == left else 0.0
         unknown += left != left
         big = st.get("too_big", 0)
         rows.append((name, f"{st['stored']}/{st['units']}", st["state"],
                      (sweep.fmt_seconds(left) if st["stored"] < st["units"] else "0")
-                     + (f"  ({big} unit(s) need more memory than {st['memory']})" if big else "")))
+                     + (f" here, + {sweep.fmt_seconds(st['too_big_s'])} in {big} unit(s) that need more memory than "
+                        f"{st['memory']}" if big else "")))
     print(f"profile {a.profile} in {store.root}")
     print(f"{'experiment':22s} {'units':>9s}  {'result':8s}  est. time left")
     for r in rows:
         print(f"{r[0]:22s} {r[1]:>9s}  {r[2]:8s}  {r[3]}")
     print(f"estimated time left in all: {sweep.fmt_seconds(total_left)}"
+          + (f" on this machine, + {sweep.fmt_seconds(total_big)} in units that need more memory than it has"
+             if total_big else "")
           + (f", plus {unknown} experiment(s) with no stored unit to time ('?'; see run --dry-run)" if unknown else ""))
     return 0
 

@@ -277,8 +277,9 @@ class Experiment:
 def profile_status(e: Experiment, profile: str = "paper", store: Store | None = None) -> dict:
     """How far ``profile`` is computed for experiment ``e``: units stored for the current code and their total,
     ``state`` (current, partial, stale or missing), ``left_s``, the estimated compute time of the missing units
-    from the stored units' own timings (nan when none is stored), and ``too_big``, how many missing units need
-    more memory (their experiment's ``peak_memory`` model) than ``memory`` describes (this machine's device)."""
+    that fit this machine, from the stored units' own timings (nan when none is stored), and ``too_big``, how many
+    missing units need more memory (their experiment's ``peak_memory`` model) than ``memory`` describes (this
+    machine's device), with their estimated compute time ``too_big_s``."""
     from .. import sweep
 
     store = store or Store()
@@ -289,17 +290,19 @@ def profile_status(e: Experiment, profile: str = "paper", store: Store | None = 
     n = sum(have)
     stale = any(m.get("code") != e.code() for m in store.metas(e.name, prof))
     state = "current" if n == len(units) else "partial" if n else "stale" if stale else "missing"
-    left, too_big, where = 0.0, 0, ""
+    left, left_big, too_big, where = 0.0, 0.0, 0, ""
     missing = [u for u, h in zip(units, have) if not h]
     if missing:
         rate, _ = sweep.estimate_rate(e, store, time_probe=False)
-        left = rate * sum(e.cost_of(u) for u in missing)
-        needs = [x for x in map(e.memory_of, missing) if x is not None]
-        if needs:
+        needs = [e.memory_of(u) for u in missing]
+        if any(x is not None for x in needs):
             limit, where = sweep.InProcess().memory_limit(P.get("device", "auto"))
-            too_big = sum(x > limit for x in needs)
+        big = [x is not None and x > limit for x in needs]
+        too_big = sum(big)
+        left = rate * sum(e.cost_of(u) for u, b in zip(missing, big) if not b)
+        left_big = rate * sum(e.cost_of(u) for u, b in zip(missing, big) if b)
     return {"experiment": e.name, "stored": n, "units": len(units), "state": state, "left_s": float(left),
-            "too_big": int(too_big), "memory": where}
+            "too_big": int(too_big), "too_big_s": float(left_big), "memory": where}
 
 
 def section_status(section: str, profile: str = "paper", store: Store | None = None) -> list[dict]:
