@@ -759,3 +759,15 @@ def test_dnn_gap_sentence_names_cells_too_large_for_this_device(tmp_path, monkey
     rate, _ = sweep.estimate_rate(e, store, time_probe=False)
     hours = rate * e.cost_of(ch3.dnn_missing(part)[0]) / 3600
     assert f"about {hours:.0f} h of one CPU thread" in text
+
+
+def test_every_experiment_that_runs_the_dmft_has_a_memory_model():
+    """The DMFT's path responses grow as N·m²·T²: every experiment whose units reach ``dmft.run_dmft`` (found on
+    its call graph, as the code version finds it) registers a peak-memory model, so that no sweep of it can start a
+    unit its device cannot hold; and each model gives a finite, positive estimate for a unit of the paper profile."""
+    reach = [e for e in ex.REGISTRY.values() if any("run_dmft" in k for k in version.dependencies([e.fn]))]
+    assert len(reach) >= 9
+    assert [e.name for e in reach if e._memory is None] == []
+    for e in reach:
+        needs = [e.memory_of(u) for u in e.units(e.params(e.schema.validate(load_profile("paper", e.section))))]
+        assert any(x is not None for x in needs) and all(x is None or 0 < x < 1e15 for x in needs), e.name

@@ -17,7 +17,7 @@ import torch
 from .. import dmft, multiindex as mi
 from ..device import device_name, get_device, synchronize
 from ..params import Param, Schema
-from . import experiment
+from . import costs, experiment
 
 SECTION = "ch1_dmft"
 SCHEMA = Schema(
@@ -94,6 +94,12 @@ def trajectories(u, device):
     return {k: g[k] for k in KEYS}
 
 
+@trajectories.peak_memory
+def _traj_memory(u: dict) -> float | None:
+    """A DMFT unit: one run of N paths to T, with or without its memory terms (GD units: no estimate)."""
+    return costs.dmft_bytes(u["N"], u["T"], u["m"], memory=u["memory"]) if u["kind"] == "dmft" else None
+
+
 def _eh_units(p: dict) -> list[dict]:
     """Per link (phase retrieval, staircase): antithetic DMFT, (phase retrieval only) plain-sampling DMFT, and GD
     at every d of ``ds_eh``."""
@@ -136,6 +142,12 @@ def easy_hard(u, device):
                              device=device, dtype=torch.float32, generator=u["data_seed"])
     g = mi.run_gd(prob, u["m"], u["eta"], u["T"], act=u["act"], generator=u["init_seed"])
     return {k: g[k] for k in ("M", "train", "test")}
+
+
+@easy_hard.peak_memory
+def _eh_memory(u: dict) -> float | None:
+    """A DMFT unit: one run of N paths to T (GD units: no estimate)."""
+    return costs.dmft_bytes(u["N"], u["T"], u["m"]) if u["kind"] == "dmft" else None
 
 
 # --- benchmarks ------------------------------------------------------------------------------------------------------
