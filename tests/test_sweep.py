@@ -422,15 +422,21 @@ def test_best_partial_shows_the_stored_cells_of_a_grid(tmp_path):
     assert part["dmft_runs"][0, 0, 0, 1] == 0 and np.isnan(part["delta_nn"][0, 0, 0, 1]).all()
     assert np.isfinite(part["lo"][0, 0, 0, 0]).all()
     from grokspectra.experiments import ch3
-    text = ch3.dnn_coverage_sentence(part)
-    assert "Of the 2 cells" in text and "1 is computed" in text and "s = 1 (" in text and "s = 0.25" not in text
-    assert "all 2 cells at m = 1" not in text and "1 of the 2 cells at m = 1" in text and "h of one CPU" in text
-    assert [u["scale"] for u in ch3.dnn_missing(part)] == [0.25] and "Of these" not in text  # it fits here
+    text = ch3.dnn_coverage_sentence(part, store)
+    assert "Of the 2 cells" in text and "1 is computed so far." in text and "breakdown" not in text
+    assert "1 of the 2 cells at m = 1" in text and "h of one CPU" in text and "Of these" not in text  # it fits here
+    assert [c["state"] for c in ch3.dnn_cells(part, store)] == ["computed", "to do"]
+    table = ch3.dnn_coverage_table(part, store).splitlines()
+    assert table[0] == "| student | pr_clip, s = 1 | pr_clip, s = 0.25 |" and len(table) == 3
+    assert table[2].startswith("| quad, m = 1 | **") and table[2].endswith(" min) |")
     arr = {k: np.array(v) for k, v in part.arrays.items()}
     arr["status"][0, 0, 0, 0] = ch3.BISECT_STATUS.index("DMFT breakdown")  # a cell stored as a breakdown
-    assert "s = 1 (DMFT breakdown)" in ch3.dnn_coverage_sentence(st.Result(arr, part.meta))
+    bd = st.Result(arr, part.meta)
+    assert "(1 of them is a DMFT breakdown)" in ch3.dnn_coverage_sentence(bd, store)
+    assert "| breakdown |" in ch3.dnn_coverage_table(bd, store)
     assert e.best(live, store=store, profile=str(prof)) is live and "1 of 2 units" in live.meta["note"]
-    assert ch3.dnn_coverage_sentence(e.run(P, store=store, show=False)) == ""  # the whole grid: nothing to say
+    whole = e.run(P, store=store, show=False)
+    assert ch3.dnn_coverage_sentence(whole) == "" == ch3.dnn_coverage_table(whole)  # the whole grid: nothing to say
 
 
 def test_ch3_outliers_blocks_assemble_in_seed_order(tmp_path):
@@ -755,9 +761,11 @@ def test_dnn_gap_sentence_names_cells_too_large_for_this_device(tmp_path, monkey
     monkeypatch.setattr(e, "_memory", lambda u: 3e15 if u["scale"] == 0.25 else 1e6)
     text = ch3.dnn_gap_sentence(part, store)
     assert "Of these, 1 (m = 1) need up to 3000000 GB each" in text
+    assert ch3.dnn_coverage_table(part, store).splitlines()[2].endswith("| needs 3000000 GB |")
     assert "GiB of the device that built this page" in text and "--device cuda" in text
     rate, _ = sweep.estimate_rate(e, store, time_probe=False)
-    hours = rate * e.cost_of(ch3.dnn_missing(part)[0]) / 3600
+    missing = [u for u in e.units(part.meta["params"]) if u["scale"] == 0.25]
+    hours = rate * e.cost_of(missing[0]) / 3600
     assert f"about {hours:.0f} h of one CPU thread" in text
 
 

@@ -670,35 +670,83 @@ def settle_check(S, lag: int, tol: float) -> list[dict]:
     return out
 
 
-def dnn_coverage_sentence(Dn, store=None) -> str:
-    """A sentence for a δ_NN grid shown only in part (``Experiment.best(partial=True)``): which cells of the
-    profile's grid are computed, their CPU time, and then the gap (:func:`dnn_gap_sentence`); "" for a whole grid."""
-    got = Dn.meta.get("units_stored")
-    if not got or got[0] >= got[1]:
-        return ""
+def dnn_cells(Dn, store=None) -> list[dict]:
+    """Every cell of ``Dn``'s grid (a unit of ``dnn``) in grid order, with ``state``: "computed", "breakdown" (stored
+    as a DMFT breakdown), "to do" (not computed; ``minutes``: estimated by the cost model calibrated on the stored
+    cells' timings) or "too large" (not computed, and its memory model, ``need`` bytes, exceeds this machine's
+    device); ``minutes`` of a computed cell is its compute time."""
+    from ..store import Store
+
     q = Dn.meta["params"]
-    done = []
+    rate = None
+    limit = None
+    out = []
     for ia, a in enumerate(q["dnn_acts"]):
         for im, m in enumerate(q["dnn_ms"]):
             for il, lk in enumerate(q["dnn_links"]):
-                for isc, s in enumerate(q["dnn_scales"]):
+                for isc, sc in enumerate(q["dnn_scales"]):
+                    c = {"act": a, "m": int(m), "link": lk, "scale": float(sc), "need": None}
                     st = Dn["status"][ia, im, il, isc]
                     if np.isfinite(st).any():
-                        what = ("DMFT breakdown" if np.all(st == BISECT_STATUS.index("DMFT breakdown")) else
-                                f"{float(Dn['wall_s'][ia, im, il, isc]) / 60:.0f} min of compute")
-                        done.append(f"{a}, m = {m}, {lk}, s = {s:g} ({what})")
-    cells = "; ".join(done)
+                        bd = bool(np.all(st == BISECT_STATUS.index("DMFT breakdown")))
+                        c.update(state="breakdown" if bd else "computed",
+                                 minutes=float(Dn["wall_s"][ia, im, il, isc]) / 60)
+                    else:
+                        if rate is None:
+                            rate, _ = sweep.estimate_rate(dnn, store or Store(), time_probe=False)
+                            limit, _ = sweep.InProcess().memory_limit("auto")
+                        u = next(u for u in dnn.units(q) if (u["act"], u["m"], u["link"], u["scale"])
+                                 == (a, int(m), lk, float(sc)))
+                        need = dnn.memory_of(u)
+                        c.update(state="too large" if need is not None and need > limit else "to do",
+                                 minutes=rate * dnn.cost_of(u) / 60, need=need)
+                    out.append(c)
+    return out
+
+
+def dnn_coverage_sentence(Dn, store=None) -> str:
+    """A sentence for a δ_NN grid shown only in part (``Experiment.best(partial=True)``): how many cells of the
+    profile's grid are computed (:func:`dnn_coverage_table` shows which), then the gap (:func:`dnn_gap_sentence`);
+    "" for a whole grid."""
+    got = Dn.meta.get("units_stored")
+    if not got or got[0] >= got[1]:
+        return ""
+    bd = sum(c["state"] == "breakdown" for c in dnn_cells(Dn, store))
     return (f"Of the {got[1]} cells of the {Dn.meta.get('profile', '?')} profile's grid, {got[0]} "
-            f"{'is' if got[0] == 1 else 'are'} computed so far and shown: {cells}. " + dnn_gap_sentence(Dn, store))
+            f"{'is' if got[0] == 1 else 'are'} computed so far"
+            + (f" ({bd} of them {'is a' if bd == 1 else 'are'} DMFT breakdown{'' if bd == 1 else 's'})" if bd else "")
+            + ". The table below gives each computed cell's compute time (bold), and for each missing cell what it "
+            "would take (in brackets, by the cost model) or, where it needs more memory than this machine has, how "
+            "much. " 
+            + dnn_gap_sentence(Dn, store))
 
 
-def dnn_missing(Dn) -> list[dict]:
-    """The units (cells) of ``Dn``'s grid not computed: those whose status is nan at every t."""
-    units = dnn.units(Dn.meta["params"])
-    q = Dn.meta["params"]
-    idx = lambda u: (q["dnn_acts"].index(u["act"]), q["dnn_ms"].index(u["m"]),  # noqa: E731
-                     q["dnn_links"].index(u["link"]), [float(x) for x in q["dnn_scales"]].index(u["scale"]))
-    return [u for u in units if not np.isfinite(Dn["status"][idx(u)]).any()]
+def dnn_coverage_table(Dn, store=None) -> str:
+    """The grid's coverage as a Markdown table (rows: activation and width; columns: link and scale): a computed
+    cell's compute time, "breakdown", a missing cell's estimated time ("≈ … ?") or the memory it needs beyond this
+    machine; "" for a whole grid."""
+    got = Dn.meta.get("units_stored")
+    if not got or got[0] >= got[1]:
+        return ""
+    cells = dnn_cells(Dn, store)
+    cols = list(dict.fromkeys((c["link"], c["scale"]) for c in cells))
+    rows = list(dict.fromkeys((c["act"], c["m"]) for c in cells))
+
+    def entry(c):
+        t = c["minutes"]
+        t = f"{t:.0f} min" if not t >= 120 else f"{t / 60:.1f} h"
+        if c["state"] == "computed":
+            return f"**{t}**"
+        if c["state"] == "too large":
+            return f"needs {sweep.fmt_bytes(c['need'])}"
+        return "breakdown" if c["state"] == "breakdown" else f"({t})" if np.isfinite(c["minutes"]) else "(?)"
+
+    by = {(c["act"], c["m"], c["link"], c["scale"]): c for c in cells}
+    lines = ["| student | " + " | ".join(f"{lk}, s = {sc:g}" for lk, sc in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    for a, m in rows:
+        lines.append(f"| {a}, m = {m} | " + " | ".join(entry(by[(a, m, lk, sc)]) for lk, sc in cols) + " |")
+    return "\n".join(lines)
 
 
 def dnn_gap_sentence(Dn, store=None) -> str:
@@ -706,36 +754,55 @@ def dnn_gap_sentence(Dn, store=None) -> str:
     by the cost model (one CPU thread, calibrated on the stored cells' own timings), their peak memory by the memory
     model, and, when some need more than this machine's device has, that a sweep here does not start them and where
     they run. "" when every cell is computed."""
-    from ..store import Store
-
-    miss = dnn_missing(Dn)
+    cells = dnn_cells(Dn, store)
+    miss = [c for c in cells if c["state"] in ("to do", "too large")]
     if not miss:
         return ""
     q = Dn.meta["params"]
     per_m = []
     for m in q["dnn_ms"]:
-        k = sum(u["m"] == m for u in miss)
-        n = len(q["dnn_acts"]) * len(q["dnn_links"]) * len(q["dnn_scales"])
+        k = sum(c["m"] == m for c in miss)
+        n = sum(c["m"] == m for c in cells)
         if k:
             per_m.append(f"{'all' if k == n else f'{k} of the'} {n} cells at m = {m}")
-    rate, _ = sweep.estimate_rate(dnn, store or Store(), time_probe=False)
-    hours = rate * sum(dnn.cost_of(u) for u in miss) / 3600
+    hours = sum(c["minutes"] for c in miss) / 60
     when = (f"about {hours:.0f} h of one CPU thread by the cost model calibrated on the computed cells"
             if np.isfinite(hours) else "a time the cost model cannot yet estimate (no stored cell to calibrate it)")
     text = (f"The cells not computed — {', and '.join(per_m)} — would take {when}; they would show how δ_NN(t) "
-            "moves with the width, the link and the initialisation scale beyond the cells above. They compute, "
+            "moves with the width, the link and the initialisation scale beyond the cells computed. They compute, "
             "resuming where they stopped, with `python -m grokspectra run ch3.dnn --profile paper`.")
-    needs = [dnn.memory_of(u) for u in miss]
-    limit, _ = sweep.InProcess().memory_limit("auto")
-    big = [(u, x) for u, x in zip(miss, needs) if x > limit]
+    big = [c for c in miss if c["state"] == "too large"]
     if big:
-        ms = sorted({u["m"] for u, _ in big})
+        ms = sorted({c["m"] for c in big})
+        limit, _ = sweep.InProcess().memory_limit("auto")
         text += (f" Of these, {len(big)} (m = {', '.join(map(str, ms))}) need up to "
-                 f"{sweep.fmt_bytes(max(x for _, x in big))} each for one DMFT run at the bisection's most paths, "
-                 f"more than the {limit / 2 ** 30:.1f} GiB of the device that built this page: a sweep there does "
-                 "not start them (`run --dry-run` lists every cell's estimate), and a machine with that much memory, "
-                 "such as a large GPU (`--device cuda`), computes them with the same command.")
+                 f"{sweep.fmt_bytes(max(c['need'] for c in big))} each for one DMFT run at the bisection's most "
+                 f"paths, more than the {limit / 2 ** 30:.1f} GiB of the device that built this page: a sweep there "
+                 "does not start them (`run --dry-run` lists every cell's estimate), and a machine with that much "
+                 "memory, such as a large GPU (`--device cuda`), computes them with the same command.")
     return text
+
+
+def dnn_scale_rows(Dn) -> list[dict]:
+    """δ_NN(t) at the two initialisation scales of every cell computed at both (bisected or noise-limited at every
+    t), with how many combined uncertainties apart they are (half-brackets and Monte-Carlo spreads in quadrature)."""
+    q = Dn.meta["params"]
+    out = []
+    if len(q["dnn_scales"]) < 2:
+        return out
+    for ia, act in enumerate(q["dnn_acts"]):
+        for im, m in enumerate(q["dnn_ms"]):
+            for il, lk in enumerate(q["dnn_links"]):
+                a_, b_ = (ia, im, il, 0), (ia, im, il, 1)
+                if not (np.all(Dn["status"][a_] <= 1) and np.all(Dn["status"][b_] <= 1)):
+                    continue
+                u_ = lambda c: np.hypot(0.5 * (Dn["hi"][c] - Dn["lo"][c]), Dn["root_mc_se"][c])  # noqa: E731
+                z = np.abs(Dn["delta_nn"][a_] - Dn["delta_nn"][b_]) / np.hypot(u_(a_), u_(b_))
+                for it, t in enumerate(q["dnn_times"]):
+                    out.append({"student": f"{act}, m = {m}, {lk}", "t": int(t),
+                                "a": float(Dn["delta_nn"][a_][it]), "b": float(Dn["delta_nn"][b_][it]),
+                                "z": float(z[it])})
+    return out
 
 
 def dlin_low_sentence(DL, L) -> str:
