@@ -423,16 +423,17 @@ def test_best_partial_shows_the_stored_cells_of_a_grid(tmp_path):
     assert np.isfinite(part["lo"][0, 0, 0, 0]).all()
     from grokspectra.experiments import ch3
     text = ch3.dnn_coverage_sentence(part, store)
-    assert "Of the 2 cells" in text and "1 is computed so far." in text and "breakdown" not in text
-    assert "1 of the 2 cells at m = 1" in text and "h of one CPU" in text and "Of these" not in text  # it fits here
+    assert text.startswith("The table gives the compute time") and "breakdown" not in text
+    gap = ch3.dnn_gap_sentence(part, store)
+    assert "1 of the 2 cells at m = 1" in gap and "h of one CPU" in gap and "Of these" not in gap  # it fits here
     assert [c["state"] for c in ch3.dnn_cells(part, store)] == ["computed", "to do"]
     table = ch3.dnn_coverage_table(part, store).splitlines()
     assert table[0] == "| student | pr_clip, s = 1 | pr_clip, s = 0.25 |" and len(table) == 3
-    assert table[2].startswith("| quad, m = 1 | **") and table[2].endswith(" min) |")
+    assert table[2].startswith("| quad,\u00a0m\u00a0=\u00a01 | **") and table[2].endswith(" min) |")
     arr = {k: np.array(v) for k, v in part.arrays.items()}
     arr["status"][0, 0, 0, 0] = ch3.BISECT_STATUS.index("DMFT breakdown")  # a cell stored as a breakdown
     bd = st.Result(arr, part.meta)
-    assert "(1 of them is a DMFT breakdown)" in ch3.dnn_coverage_sentence(bd, store)
+    assert ch3.dnn_coverage_sentence(bd, store).startswith("One of the computed cells is a DMFT breakdown. ")
     assert "| breakdown |" in ch3.dnn_coverage_table(bd, store)
     assert e.best(live, store=store, profile=str(prof)) is live and "1 of 2 units" in live.meta["note"]
     whole = e.run(P, store=store, show=False)
@@ -761,7 +762,7 @@ def test_dnn_gap_sentence_names_cells_too_large_for_this_device(tmp_path, monkey
     monkeypatch.setattr(e, "_memory", lambda u: 3e15 if u["scale"] == 0.25 else 1e6)
     text = ch3.dnn_gap_sentence(part, store)
     assert "Of these, 1 (m = 1) need up to 3000000 GB each" in text
-    assert ch3.dnn_coverage_table(part, store).splitlines()[2].endswith("| needs 3000000 GB |")
+    assert ch3.dnn_coverage_table(part, store).splitlines()[2].endswith("| needs 3000000\u00a0GB |")
     assert "GiB of the device that built this page" in text and "--device cuda" in text
     rate, _ = sweep.estimate_rate(e, store, time_probe=False)
     missing = [u for u in e.units(part.meta["params"]) if u["scale"] == 0.25]

@@ -705,20 +705,19 @@ def dnn_cells(Dn, store=None) -> list[dict]:
 
 
 def dnn_coverage_sentence(Dn, store=None) -> str:
-    """A sentence for a δ_NN grid shown only in part (``Experiment.best(partial=True)``): how many cells of the
-    profile's grid are computed (:func:`dnn_coverage_table` shows which), then the gap (:func:`dnn_gap_sentence`);
-    "" for a whole grid."""
+    """The lead to :func:`dnn_coverage_table` for a δ_NN grid shown only in part (``Experiment.best(partial=True)``;
+    the provenance line says how many cells are computed): how many computed cells are DMFT breakdowns, and how to
+    read the table; "" for a whole grid. :func:`dnn_gap_sentence` says what is missing."""
     got = Dn.meta.get("units_stored")
     if not got or got[0] >= got[1]:
         return ""
     bd = sum(c["state"] == "breakdown" for c in dnn_cells(Dn, store))
-    return (f"Of the {got[1]} cells of the {Dn.meta.get('profile', '?')} profile's grid, {got[0]} "
-            f"{'is' if got[0] == 1 else 'are'} computed so far"
-            + (f" ({bd} of them {'is a' if bd == 1 else 'are'} DMFT breakdown{'' if bd == 1 else 's'})" if bd else "")
-            + ". The table below gives each computed cell's compute time (bold), and for each missing cell what it "
-            "would take (in brackets, by the cost model) or, where it needs more memory than this machine has, how "
-            "much. " 
-            + dnn_gap_sentence(Dn, store))
+    words = ("No", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine", "Ten")
+    return ((f"{words[bd] if bd < len(words) else bd} of the computed cells {'is a DMFT breakdown' if bd == 1 else 'are DMFT breakdowns'}. "
+             if bd else "")
+            + "The table gives the compute time of each computed cell (bold) and, for each missing cell, its "
+            "estimated time (in brackets, by the cost model) or, where it needs more memory than this machine has, "
+            "how much:")
 
 
 def dnn_coverage_table(Dn, store=None) -> str:
@@ -742,10 +741,12 @@ def dnn_coverage_table(Dn, store=None) -> str:
         return "breakdown" if c["state"] == "breakdown" else f"({t})" if np.isfinite(c["minutes"]) else "(?)"
 
     by = {(c["act"], c["m"], c["link"], c["scale"]): c for c in cells}
+    nb = "\u00a0"  # no-break space: "quad, m = 1" and "82.5 GB" stay on one line in a narrow column
     lines = ["| student | " + " | ".join(f"{lk}, s = {sc:g}" for lk, sc in cols) + " |",
              "|---|" + "---|" * len(cols)]
     for a, m in rows:
-        lines.append(f"| {a}, m = {m} | " + " | ".join(entry(by[(a, m, lk, sc)]) for lk, sc in cols) + " |")
+        lines.append(f"| {a},{nb}m{nb}={nb}{m} | " + " | ".join(entry(by[(a, m, lk, sc)]).replace(" GB", f"{nb}GB")
+                                                               for lk, sc in cols) + " |")
     return "\n".join(lines)
 
 
