@@ -780,3 +780,18 @@ def test_every_experiment_that_runs_the_dmft_has_a_memory_model():
     for e in reach:
         needs = [e.memory_of(u) for u in e.units(e.params(e.schema.validate(load_profile("paper", e.section))))]
         assert any(x is not None for x in needs) and all(x is None or 0 < x < 1e15 for x in needs), e.name
+
+
+def test_the_rate_weighs_stored_units_by_their_cost(tmp_path):
+    """Seconds per unit of cost = total seconds / total cost of the stored units: a large unit at 3 s per cost and
+    a small one at 1 s per cost (a short unit, overhead-bound) give a rate near 3, not their median 2."""
+    e = ex.find("ch4.sweep")
+    us = sorted(e.units(e.params(e.schema.validate(load_profile("ci", e.section)))), key=e.cost_of)
+    small, large = us[0], us[-1]
+    assert e.cost_of(large) > 2 * e.cost_of(small)
+    store = st.Store(tmp_path)
+    store.save(e.name, small, e.code(), "ci", {"x": np.zeros(1)}, wall_s=1.0 * e.cost_of(small))
+    store.save(e.name, large, e.code(), "ci", {"x": np.zeros(1)}, wall_s=3.0 * e.cost_of(large))
+    rate, how = sweep.estimate_rate(e, store, time_probe=False)
+    want = (e.cost_of(small) + 3 * e.cost_of(large)) / (e.cost_of(small) + e.cost_of(large))
+    assert rate == pytest.approx(want) and "2 stored unit" in how and rate > 2

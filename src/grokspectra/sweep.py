@@ -388,21 +388,24 @@ def assemble(exp, params: Mapping, units: Sequence[dict], results: Sequence[Resu
 
 def estimate_rate(exp, store: Store, device: str = "auto", time_probe: bool = True) -> tuple[float, str]:
     """Seconds per unit of cost for ``exp``: from its stored units (any profile, current code) when there are
-    some, else from timing the shrunken cheapest unit of its ``ci`` profile (``time_probe``). Returns
-    ``(rate, how)``; ``rate`` is NaN when neither is possible."""
+    some — their total seconds over their total cost, so that the large units, whose time is what is estimated,
+    weigh most and a small profile's many short units (overhead-bound) barely count — else from timing the
+    shrunken cheapest unit of its ``ci`` profile (``time_probe``). Returns ``(rate, how)``; ``rate`` is NaN when
+    neither is possible."""
     if exp._cost is None and len(exp.units(exp.params(_ci(exp)))) <= 1:
         # one unit whose size changes with the profile and no cost model: a timing would not scale
         rates = [float(m["wall_s"]) for m in store.metas(exp.name) if m.get("code") == exp.code()
                  and m.get("profile") == "paper"]
         return (float(rates[0]), "stored") if rates else (float("nan"), "no cost model for this experiment")
-    rates = []
+    walls, costs = [], []
     for m in store.metas(exp.name):
         cost = _stored_cost(exp, m)
         if m.get("code") == exp.code() and cost > 0 and m.get("wall_s") == m.get("wall_s") \
                 and "diverged" not in m:  # a diverged unit's outcome took no compute worth timing
-            rates.append(float(m["wall_s"]) / cost)
-    if rates:
-        return float(np.median(rates)), f"from {len(rates)} stored unit(s)"
+            walls.append(float(m["wall_s"]))
+            costs.append(cost)
+    if walls:
+        return float(sum(walls) / sum(costs)), f"from {len(walls)} stored unit(s)"
     if not time_probe:
         return float("nan"), "no stored unit to time"
     probe = exp.probe_unit()
