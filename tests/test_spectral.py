@@ -2,6 +2,7 @@
 planted-spike random matrix with a known answer."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -196,3 +197,51 @@ def test_antithetic_law_guards_the_outlier_criterion():
     assert float(M_p.abs().max()) > 1e-3                 # Monte Carlo noise seeds and the dynamics amplifies it
     # the spurious overlap changes the law of G_t and with it the δ_NN criterion (measured: +0.005 vs −0.16)
     assert abs(crit_a - crit_p) > 0.02
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the outlier's overlap when the root lies near the end of the followed real branch
+
+@pytest.mark.parametrize("sgn", [1.0, -1.0])
+def test_slope_stays_on_the_branch_and_matches_the_derivative(sgn):
+    """``_slope`` on Φ(z) = √(sgn·(end − z)) (a square-root edge at ``end``; no real value beyond it, where
+    ``at`` raises, as the real-axis solver does): exact derivative −sgn/(2√dist). Far from the end the plain step
+    is used; near it the step shrinks to dist/10 (relative error < 0.2 %, down to dist = 1e-10); at the end itself
+    a one-sided second-order difference is taken, checked on a smooth Φ (error O(h²))."""
+    end = 0.3
+
+    def at_sqrt(z):
+        if sgn * (end - z) < 0:
+            raise sp.ConvergenceError(z, 1, float("nan"), "beyond the branch end")
+        return torch.tensor([[math.sqrt(sgn * (end - z))]], dtype=torch.float64)
+
+    h = 1e-4
+    for dist in (1e-1, 1e-4, 1e-6, 1e-10):  # far (plain step), within the step (shrunk), deep inside the step
+        r = end - sgn * dist
+        got = float(sp._slope(at_sqrt, at_sqrt(r), r, h, dist, sgn))
+        want = -sgn / (2 * math.sqrt(dist))
+        assert got == pytest.approx(want, rel=2e-3 if dist < 10 * h else 1e-6)
+
+    def at_exp(z):  # smooth, defined only on the far side of r0 (the root is the branch's end)
+        if sgn * (r0 - z) < -1e-15:
+            raise sp.ConvergenceError(z, 1, float("nan"), "beyond the branch end")
+        return torch.tensor([[math.exp(z)]], dtype=torch.float64)
+
+    r0 = -0.2
+    got = float(sp._slope(at_exp, at_exp(r0), r0, 1e-3, 0.0, sgn))
+    assert got == pytest.approx(math.exp(r0), rel=1e-5)  # one-sided, second order: error ≈ h²/3 = 3e-7
+
+
+def test_outlier_at_the_branch_end_of_a_gd_law():
+    """Regression: the empirical law of the weights of one GD run (Quad m = 1, y = min(z², 6), d = 2000, δ = 8,
+    step 30; seed 15 of a 24-seed rerun of chapter 3's outlier comparison) whose outlier lies 1e-5 inside the end of
+    the real branch, less than the finite-difference step (5e-5): the point towards the bulk left the branch and the
+    solver raised. The overlap is now taken with a step shrunk to stay on the branch, and agrees with a step 1000
+    times smaller (0.2 %); an outlier this close to the edge carries almost no overlap."""
+    d = np.load(Path(__file__).parent / "data" / "branch_end_law.npz")
+    G, zeta, delta = torch.tensor(d["G"]), torch.tensor(d["zeta"]), float(d["delta"])
+    o = sp.outlier(G, zeta, delta)
+    assert o["exists"] and not o["spurious"] and o["root"] < o["edge"] and o["edge"] - o["root"] < 1e-4
+    fine = sp.outlier(G, zeta, delta, fd_step=1e-8)
+    assert fine["root"] == o["root"] and o["overlap"] == pytest.approx(fine["overlap"], rel=2e-3)
+    assert 0 < o["overlap"] < 0.01

@@ -473,13 +473,30 @@ def _starter(path, side):
     return start
 
 
+def _slope(at, P0, root: float, h: float, dist: float, sgn: float):
+    """dΦ/dz at ``root`` from ``at(z)`` = Φ(z) on the followed real branch, which ends ``dist`` ≥ 0 away from the root
+    towards the bulk (``sgn`` = +1 left of the bulk, −1 right of it): a central difference of step min(h, dist/10),
+    so that both points lie on the branch (a step of h across the end would leave it: no real solution there) and,
+    near a square-root edge, where Φ' grows as dist^(−1/2), the step's relative error stays below 0.2 % (the
+    difference itself, ≈ √dist/10, stays far above the solver's 1e-12 precision down to dist ≈ 1e-12). Only for a
+    root at the end itself (step below 1e-13) a one-sided second-order difference of step h away from the bulk,
+    (3Φ(r) − 4Φ(r − sgn·h) + Φ(r − 2·sgn·h)) / (2h)·sgn, from ``P0`` = Φ(root)."""
+    hc = min(h, 0.1 * dist)
+    if hc > 1e-13 * max(1.0, abs(root)):
+        return (at(root + hc) - at(root - hc)) / (2 * hc)
+    return sgn * (3 * P0 - 4 * at(root - sgn * h) + at(root - 2 * sgn * h)) / (2 * h)
+
+
 def outlier(G, zeta, delta: float, *, weights=None, edge: float | None = None, side: str = "left",
             margin: float = 1e-4, xtol: float = 1e-9, fd_step: float = 1e-5) -> dict:
     """The hard-direction outlier of ``eq-ch3-phi``–``eq-ch3-overlap``: the root z_out of λ_min Φ(z) = 0 below the left edge
     (``side="left"``; or of λ_max Φ above the right edge for ``"right"``, the spectral-method case of chapter 4), and the
     predicted squared overlap of its eigenvector with the hard block,
 
-        overlap = ‖c‖² / (‖c‖² + cᵀ T'(z_out) c),   T'(z) = −d/dz E[(ζζᵀ) ⊗ 𝒢(z)]  (central difference),
+        overlap = ‖c‖² / (‖c‖² + cᵀ T'(z_out) c),   T'(z) = −d/dz E[(ζζᵀ) ⊗ 𝒢(z)]
+
+    (:func:`_slope`: a central difference of step ``fd_step``·scale, shrunk for a root near the end of the followed
+    real branch so that both points stay on it),
 
     with c the unit null vector of Φ(z_out). A root whose overlap is not in (0, 1] is a spurious sign change at a
     pole of the real-axis S (chapter 3; unbounded G): it is rejected (``exists = False``, ``spurious = True``).
@@ -525,13 +542,15 @@ def outlier(G, zeta, delta: float, *, weights=None, edge: float | None = None, s
         raise ConvergenceError(z1, 60, float("nan"), "outlier bracket search")
     a, b = sorted((z0, z1))
     root = brentq(f, a, b, xtol=xtol * max(1.0, scale))
-    h = fd_step * scale
     P, S = phi_matrix(G, zeta, delta, root, weights=w, side=side, start=start(root))
     c = torch.linalg.eigh(P[0])[1][:, 0 if side == "left" else -1]
-    Pp, _ = phi_matrix(G, zeta, delta, root + h, weights=w, side=side, start=(root, S[0]))
-    Pm, _ = phi_matrix(G, zeta, delta, root - h, weights=w, side=side, start=(root, S[0]))
+
+    def at(z):
+        return phi_matrix(G, zeta, delta, z, weights=w, side=side, start=(root, S[0]))[0][0]
+
+    dP = _slope(at, P[0], root, fd_step * scale, (path[-1][0] - root) * sgn, sgn)
     # E[ζζᵀ⊗𝒢](z) = Φ(z) + z I, so  cᵀT'c = −cᵀ(Φ'(z) + I)c
-    q = float(-(c @ ((Pp[0] - Pm[0]) / (2 * h)) @ c)) - 1.0
+    q = float(-(c @ dP @ c)) - 1.0
     ov = 1.0 / (1.0 + q) if 1.0 + q != 0 else float("inf")
     out.update(root=float(root), vector=c.cpu().numpy())
     if 1.0 + q > 0 and 0 < ov <= 1.0 + 1e-9:

@@ -300,7 +300,7 @@ def profile_status(e: Experiment, profile: str = "paper", store: Store | None = 
         big = [x is not None and x > limit for x in needs]
         too_big = sum(big)
         left = rate * sum(e.cost_of(u) for u, b in zip(missing, big) if not b)
-        left_big = rate * sum(e.cost_of(u) for u, b in zip(missing, big) if b)
+        left_big = rate * sum(e.cost_of(u) for u, b in zip(missing, big) if b) if any(big) else 0.0
     return {"experiment": e.name, "stored": n, "units": len(units), "state": state, "left_s": float(left),
             "too_big": int(too_big), "too_big_s": float(left_big), "memory": where}
 
