@@ -795,3 +795,32 @@ def test_the_rate_weighs_stored_units_by_their_cost(tmp_path):
     rate, how = sweep.estimate_rate(e, store, time_probe=False)
     want = (e.cost_of(small) + 3 * e.cost_of(large)) / (e.cost_of(small) + e.cost_of(large))
     assert rate == pytest.approx(want) and "2 stored unit" in how and rate > 2
+
+
+def test_prune_removes_only_what_can_never_be_current(tmp_path):
+    """``prune``: an entry made by other code and a checkpoint of no current unit are listed by --dry-run (nothing
+    removed) and removed without it; the current entries, a current unit's checkpoint and every other file stay,
+    and the result still loads whole."""
+    ci = {**TINY, "profile": "ci"}
+    store = st.Store(tmp_path)
+    HEAD.run(ci, store=store, show=False)
+    name = HEAD.profile_for(ci)
+    prof = tmp_path / f"{name}.yaml"
+    prof.write_text(yaml.safe_dump({"ch7_lockin": {k: v for k, v in TINY.items() if k != "profile"}}))
+    units = HEAD.units(HEAD.params(ci))
+    old = store.save(HEAD.name, units[0], "old-code", name, {"x": np.zeros(2)})
+    ck_dir = tmp_path / name / ".checkpoints" / HEAD.name
+    ck_dir.mkdir(parents=True)
+    (ck_dir / "0123456789abcdef.json").write_text("{}")  # a checkpoint of no current unit
+    live_ck = sweep.checkpoint_path(store, name, HEAD, units[1])
+    live_ck.write_text("{}")
+    want = sorted([tmp_path / name / HEAD.name / f"{old.meta['key']}.json",
+                   tmp_path / name / HEAD.name / f"{old.meta['key']}.npz", ck_dir / "0123456789abcdef.json"])
+    assert sorted(ex.stale_files(HEAD, str(prof), store)) == want
+    cmd = [sys.executable, "-m", "grokspectra", "prune", "--profile", str(prof), "--store", str(tmp_path)]
+    dry = subprocess.run(cmd + ["--dry-run"], env=ENV, cwd=REPO, capture_output=True, text=True)
+    assert dry.returncode == 0 and "3 stale file(s)" in dry.stdout and all(p.exists() for p in want)
+    run = subprocess.run(cmd, env=ENV, cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0 and not any(p.exists() for p in want) and live_ck.exists()
+    _, n, total = HEAD.load(ci, name, store)
+    assert (n, total) == (4, 4) and ex.stale_files(HEAD, str(prof), store) == []

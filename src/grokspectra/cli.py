@@ -8,6 +8,7 @@
     python -m grokspectra run ch7 --profile paper --scheduler tcp://host:8786
     python -m grokspectra run all --profile paper --dry-run          # units and estimated cost
     python -m grokspectra status --profile paper                     # units stored / total, time left
+    python -m grokspectra prune --profile paper --dry-run            # stale entries and checkpoints
     python -m grokspectra params ci ch6_repulsion           # the YAML papermill gets for a notebook
     python -m grokspectra bench modadd --device cuda
     python -m grokspectra pack results-paper.tar.gz         # archive results/paper (to bring back from a GPU)
@@ -217,6 +218,24 @@ def cmd_status(a) -> int:
     return 0
 
 
+def cmd_prune(a) -> int:
+    """Remove (or with --dry-run list) the files of every experiment's stale entries and stale checkpoints in a
+    profile (:func:`~grokspectra.experiments.stale_files`): they are never shown as current, and committed they
+    only make ``results/paper`` larger."""
+    store = Store(a.store) if a.store else Store()
+    ex.load_chapters()
+    files = []
+    for name in sorted(ex.REGISTRY, key=_order):
+        files += ex.stale_files(ex.REGISTRY[name], a.profile, store)
+    size = sum(p.stat().st_size for p in files)
+    for p in files:
+        print(f"{'would remove' if a.dry_run else 'removed'} {p}")
+        if not a.dry_run:
+            p.unlink()
+    print(f"{len(files)} stale file(s), {size / 1e6:.1f} MB{' (nothing removed: --dry-run)' if a.dry_run else ''}")
+    return 0
+
+
 def cmd_list(a) -> int:
     ex.load_chapters()
     for n in sorted(ex.REGISTRY, key=_order):
@@ -372,6 +391,11 @@ def _main(argv=None) -> int:
     st.add_argument("--profile", default="paper")
     st.add_argument("--store", default=None)
     st.set_defaults(fn=cmd_status)
+    pr = sub.add_parser("prune", help="remove a profile's stale entries and checkpoints (never shown as current)")
+    pr.add_argument("--profile", default="paper")
+    pr.add_argument("--store", default=None)
+    pr.add_argument("--dry-run", action="store_true", help="list the files, remove nothing")
+    pr.set_defaults(fn=cmd_prune)
     l_ = sub.add_parser("list", help="list experiments")
     l_.set_defaults(fn=cmd_list)
     q = sub.add_parser("params", help="print a notebook's parameters from a profile")

@@ -305,6 +305,35 @@ def profile_status(e: Experiment, profile: str = "paper", store: Store | None = 
             "too_big": int(too_big), "too_big_s": float(left_big), "memory": where}
 
 
+def stale_files(e: Experiment, profile: str = "paper", store: Store | None = None) -> list:
+    """Files of experiment ``e`` in ``profile`` that can never be shown as current again, for ``prune``: entries
+    made by other code (``.json`` and ``.npz``), outcomes of diverged units made by another ``on_diverged``
+    handler, and checkpoints of units that are not units of the profile for the current code. Entries of the
+    current code are kept even when the profile no longer lists their unit (a rerun with those parameters uses
+    them)."""
+    from .. import sweep
+
+    store = store or Store()
+    units = None
+    prof = profile
+    try:
+        P = e.schema.validate(load_profile(profile, e.section))
+        prof = e.profile_for(P)
+        units = e.units(e.params(P))
+    except (ParamError, OSError):
+        pass
+    d = store.root / prof / e.name
+    out = []
+    for m in store.metas(e.name, prof):
+        if m.get("code") != e.code() or ("diverged" in m and m.get("outcome_code") != e.outcome_code()):
+            out += [p for p in (d / f"{m['key']}.json", d / f"{m['key']}.npz") if p.exists()]
+    ck = store.root / prof / ".checkpoints" / e.name
+    if units is not None and ck.is_dir():
+        keep = {sweep.checkpoint_path(store, prof, e, u).name for u in units}
+        out += [p for p in sorted(ck.glob("*.json")) if p.name not in keep]
+    return out
+
+
 def section_status(section: str, profile: str = "paper", store: Store | None = None) -> list[dict]:
     """:func:`profile_status` of every experiment of one notebook (``section``), in registry order."""
     load_chapters()
