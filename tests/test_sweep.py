@@ -824,3 +824,34 @@ def test_prune_removes_only_what_can_never_be_current(tmp_path):
     assert run.returncode == 0 and not any(p.exists() for p in want) and live_ck.exists()
     _, n, total = HEAD.load(ci, name, store)
     assert (n, total) == (4, 4) and ex.stale_files(HEAD, str(prof), store) == []
+
+
+@pytest.mark.parametrize("student,d,delta,R", [("gelu", 400, 48.0, 4), ("gelu", 400, 48.0, 2), ("quad", 600, 12.0, 4)])
+def test_gd_hessian_bytes_bounds_the_measured_peak(student, d, delta, R):
+    """ch3.outliers' GD units against their measured peak resident memory (VmHWM, reset after a tiny warm-up unit):
+    the model is an upper estimate, within 80 % of the measurement (GeLU m = 2 at two block sizes, Quad m = 1)."""
+    from grokspectra.experiments import ch3
+
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak resident memory")
+    u = {"student": student, "delta": delta, "t": 10, "out_d": d, "seed": 0, "kind": "gd", "seeds": [0, R],
+         "data_seed": 1, "init_seed": 2}
+    code = textwrap.dedent(f"""
+        import torch
+        from grokspectra.experiments import ch3
+
+        def status(key):
+            return next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith(key + ":"))
+
+        torch.set_num_threads(1)
+        u = {u!r}
+        ch3.outliers.fn({{**u, "out_d": 50, "delta": 4.0, "seeds": [0, 1]}}, torch.device("cpu"))  # warm-up
+        open("/proc/self/clear_refs", "w").write("5")
+        base = status("VmRSS")
+        ch3.outliers.fn(u, torch.device("cpu"))
+        print(status("VmHWM") - base)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
+    assert out.returncode == 0, out.stderr
+    measured, model = float(out.stdout.split()[-1]), ch3.outliers.memory_of(u)
+    assert 0.8 * model <= measured <= 1.0 * model, (measured, model)

@@ -217,9 +217,13 @@ def outliers(u, device):
 
 
 @outliers.peak_memory
-def _outliers_memory(u: dict) -> float | None:
-    """A DMFT unit: one run of ``out_N`` paths to step t at a time (GD units: no estimate, they are small)."""
-    return costs.dmft_bytes(_even(u["out_N"]), u["t"], STUDENTS[u["student"]]["m"]) if u["kind"] == "dmft" else None
+def _outliers_memory(u: dict) -> float:
+    """A DMFT unit: one run of ``out_N`` paths to step t at a time; a GD unit: its block of problems with their
+    Hessians (at d = 2000 and δ = 48, GeLU m = 2, four problems: 15 GB, beyond a Dask worker's share of 24 GiB)."""
+    m = STUDENTS[u["student"]]["m"]
+    if u["kind"] == "dmft":
+        return costs.dmft_bytes(_even(u["out_N"]), u["t"], m)
+    return costs.gd_hessian_bytes(int(round(u["delta"] * u["out_d"])), u["out_d"], m, u["seeds"][1] - u["seeds"][0])
 
 
 def _dnn_cell(act, m, link, scale, times, p, eta, device, seed):

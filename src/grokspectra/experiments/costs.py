@@ -44,3 +44,11 @@ def dmft_bytes(N: float, T: int, m: int, memory: bool = True, itemsize: int = 8)
     85 % and 105 % of this (``tests/test_sweep.py::test_dmft_bytes_bounds_the_measured_peak``)."""
     per_t = (T + 5) * m + 4 if memory else 4 * m + 4
     return float(itemsize) * N * (m * (T + 1) * per_t + 64)
+
+
+def gd_hessian_bytes(n: int, d: int, m: int, trials: int) -> float:
+    """Peak memory of a block of chapter 3's GD-and-Hessian runs (``ch3.outliers``: ``trials`` float64 problems of
+    n samples in dimension d, GD, then per run the dense Hessian of the md weights and the law of its weights):
+    ≈ 8·n·d·(1.5·trials + 4·(m − 1)) + 32·(md)² bytes — the data, GD's work arrays and, for m > 1, the per-run
+    Hessian products. Measured peaks of the unit lie 85–100 % of this (``tests/test_sweep.py``)."""
+    return 8.0 * n * d * (1.5 * trials + 4 * (m - 1)) + 32.0 * (m * d) ** 2
