@@ -172,6 +172,9 @@ def _dry_run(plans, store: Store, a) -> int:
               f"{sweep.fmt_seconds(left)} ({how})")
         limit, where = (max_memory, "--max-memory") if max_memory else \
             sweep.InProcess().memory_limit(P.get("device", "auto"))
+        if a.workers and not max_memory and limit == limit:  # a local cluster splits the memory among its workers
+            limit = 0.95 * limit / a.workers
+            where = f"a Dask worker's {limit / 2 ** 30:.1f} GiB (95 % of 1/{a.workers} of {where})"
         mem = [_memory_note(e, u, limit) for u in units]
         if any(mem):
             print(f"  (peak memory estimated per unit; '!': more than {where}, so it would not be started)")
