@@ -6,7 +6,8 @@ An experiment declares its *units* (JSON-able dicts holding every parameter thei
 a run killed at any moment (``kill -9``) and started again computes only the missing units; since every unit is
 seeded from its own parameters, the assembled arrays equal those of an uninterrupted run.
 
-Executors (results identical whichever runs them):
+Executors (results identical whichever runs them, at the same torch thread count; the multi-index DMFT amplifies
+the roundoff of another thread count to about 1 % of its Monte-Carlo spread, see the README):
 
 * :class:`InProcess` — this process, one unit after another (the default; ``make book`` and CI);
 * :class:`DaskExecutor` — ``dask.distributed`` workers: a ``LocalCluster`` of N processes on this machine
