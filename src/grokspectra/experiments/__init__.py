@@ -295,6 +295,7 @@ def profile_status(e: Experiment, profile: str = "paper", store: Store | None = 
     if missing:
         rate, _ = sweep.estimate_rate(e, store, time_probe=False)
         needs = [e.memory_of(u) for u in missing]
+        limit = float("inf")
         if any(x is not None for x in needs):
             limit, where = sweep.InProcess().memory_limit(P.get("device", "auto"))
         big = [x is not None and x > limit for x in needs]

@@ -682,29 +682,28 @@ def dnn_cells(Dn, store=None) -> list[dict]:
     from ..store import Store
 
     q = Dn.meta["params"]
-    rate = None
-    limit = None
+    scales = [float(x) for x in q["dnn_scales"]]
+
+    def index(u):  # the cell's place in the grid [act, m, link, scale]
+        return (q["dnn_acts"].index(u["act"]), q["dnn_ms"].index(u["m"]), q["dnn_links"].index(u["link"]),
+                scales.index(u["scale"]))
+
+    rate = limit = None
     out = []
-    for ia, a in enumerate(q["dnn_acts"]):
-        for im, m in enumerate(q["dnn_ms"]):
-            for il, lk in enumerate(q["dnn_links"]):
-                for isc, sc in enumerate(q["dnn_scales"]):
-                    c = {"act": a, "m": int(m), "link": lk, "scale": float(sc), "need": None}
-                    st = Dn["status"][ia, im, il, isc]
-                    if np.isfinite(st).any():
-                        bd = bool(np.all(st == BISECT_STATUS.index("DMFT breakdown")))
-                        c.update(state="breakdown" if bd else "computed",
-                                 minutes=float(Dn["wall_s"][ia, im, il, isc]) / 60)
-                    else:
-                        if rate is None:
-                            rate, _ = sweep.estimate_rate(dnn, store or Store(), time_probe=False)
-                            limit, _ = sweep.InProcess().memory_limit("auto")
-                        u = next(u for u in dnn.units(q) if (u["act"], u["m"], u["link"], u["scale"])
-                                 == (a, int(m), lk, float(sc)))
-                        need = dnn.memory_of(u)
-                        c.update(state="too large" if need is not None and need > limit else "to do",
-                                 minutes=rate * dnn.cost_of(u) / 60, need=need)
-                    out.append(c)
+    for u in sorted(dnn.units(q), key=index):  # one unit per cell, in grid order
+        i = index(u)
+        c = {"act": u["act"], "m": u["m"], "link": u["link"], "scale": u["scale"], "need": None}
+        if np.isfinite(Dn["status"][i]).any():
+            bd = bool(np.all(Dn["status"][i] == BISECT_STATUS.index("DMFT breakdown")))
+            c.update(state="breakdown" if bd else "computed", minutes=float(Dn["wall_s"][i]) / 60)
+        else:
+            if rate is None:
+                rate, _ = sweep.estimate_rate(dnn, store or Store(), time_probe=False)
+                limit, _ = sweep.InProcess().memory_limit("auto")
+            need = dnn.memory_of(u)
+            c.update(state="too large" if need is not None and need > limit else "to do",
+                     minutes=rate * dnn.cost_of(u) / 60, need=need)
+        out.append(c)
     return out
 
 
