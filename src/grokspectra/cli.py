@@ -262,7 +262,10 @@ def cmd_bench(a) -> int:
     kw = {"against": a.against} if a.against else {}
     if kw and "against" not in inspect.signature(benches[a.name]).parameters:
         raise SystemExit(f"error: benchmark {a.name!r} takes no --against")
-    out = benches[a.name](device=a.device or "auto", quick=a.quick, **kw)
+    try:
+        out = benches[a.name](device=a.device or "auto", quick=a.quick, **kw)
+    except (ValueError, FileNotFoundError) as err:  # a missing --against, an unknown device: one clear line
+        raise SystemExit(f"error: bench {a.name}: {err}")
     print(json.dumps(out, indent=1))
     return 0
 

@@ -1232,22 +1232,60 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile:
 
 
 # --- benchmark ---------------------------------------------------------------------------------------------------
+def hvp_floor(X: torch.Tensor, m: int, reps: int = 5) -> float:
+    """The floor of one Hessian-vector product of :func:`hessian.hessian_matvec` on X [n, d] (float64) for one
+    vector V [d, m], timed here with plain ``torch`` calls of its sizes: the two reads of X, XV and XᵀW (W [n, m]),
+    best of ``reps``. Seconds per product."""
+    dev = X.device
+    n, d = X.shape
+    g = torch.Generator(device="cpu").manual_seed(0)
+    V = torch.randn(d, m, generator=g, dtype=X.dtype).to(dev)
+    W = torch.randn(n, m, generator=g, dtype=X.dtype).to(dev)
+    best = float("inf")
+    for _ in range(reps):
+        synchronize(dev)
+        t0 = time.perf_counter()
+        X @ V
+        X.T @ W
+        synchronize(dev)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def bench_eig(device="auto", quick=False) -> dict:
     """Lowest eigenpairs (k = 3) of H = (1/n) Σ D_i ⊗ x_i x_iᵀ at d = 4000, m = 4 (16 000 × 16 000), δ = 4,
     matrix-free implicitly restarted Lanczos (``hessian.lowest_eigpairs(method="lanczos")``; 2.4× faster than its
-    LOBPCG at d = 1000 on 2 CPU cores), at the end of 5 GD steps (GeLU, y = tanh z²); ``quick`` uses d = 500."""
+    LOBPCG at d = 1000 on 2 CPU cores), at the end of 5 GD steps (GeLU, y = tanh z²); ``quick`` uses d = 500.
+    Floor: the number of Hessian-vector products the solver asked for (counted), each at the time of its two plain
+    products with X (:func:`hvp_floor`, measured in the same run)."""
     dev = get_device(device)
     d, m, delta = (500, 4, 4.0) if quick else (4000, 4, 4.0)
     prob = mi.sample_problem(d, int(delta * d), 1, "pr_tanh", trials=1, device=dev, dtype=torch.float32, generator=0)
     g = mi.run_gd(prob, m, 4.0, 5, act="gelu", return_theta=True, generator=1)
     Th, X, y = g["theta"][5][0], prob.X[0][0], prob.y[0][0]
-    synchronize(dev)
-    t0 = time.perf_counter()
-    w, V = hs.lowest_eigpairs(Th, X, y, "gelu", k=3, method="lanczos", tol=1e-5)
-    synchronize(dev)
-    wall = time.perf_counter() - t0
+    calls = []
+    matvec = hs.hessian_matvec
+
+    def counted(*args, **kw):  # counts the vectors of each product the solver asks for
+        v = args[6] if len(args) > 6 else kw["v"]
+        calls.append(1 if v.dim() < 2 else v.shape[0])
+        return matvec(*args, **kw)
+
+    hs.hessian_matvec = counted
+    try:
+        synchronize(dev)
+        t0 = time.perf_counter()
+        w, V = hs.lowest_eigpairs(Th, X, y, "gelu", k=3, method="lanczos", tol=1e-5)
+        synchronize(dev)
+        wall = time.perf_counter() - t0
+    finally:
+        hs.hessian_matvec = matvec
+    per = hvp_floor(X.double(), m)
+    floor = sum(calls) * per
     return {"device": device_name(dev), "d": d, "m": m, "n": int(delta * d), "md": m * d, "wall_s": round(wall, 2),
-            "method": "lanczos", "lowest": [round(float(x), 5) for x in w.cpu()]}
+            "method": "lanczos", "lowest": [round(float(x), 5) for x in w.cpu()], "hessian_vector_products": sum(calls),
+            "floor_s_per_product": round(per, 5), "floor_s": round(floor, 2), "ratio_to_floor": round(wall / floor, 2),
+            "floor_note": "per product: X V and X^T W in float64 with plain torch, measured in this run"}
 
 
 BENCHMARKS = {"eig": bench_eig}

@@ -897,7 +897,7 @@ def bench_gd(device="auto", quick: bool = False) -> dict:
     if dev.type == "cpu":
         fl = gd_shared_floor(prob.X[0][0], ns, len(ns) * sum(m for _, m, _ in studs))
         out.update(floor_s_per_step=fl["products_s"], two_reads_s=fl["two_reads_s"],
-                   vs_floor=shared / fl["products_s"])
+                   vs_floor=shared / fl["products_s"], ratio_to_floor=shared / fl["products_s"])
     return out
 
 
