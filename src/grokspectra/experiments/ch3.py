@@ -1146,7 +1146,8 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile:
             + ")", r["agree"],
             f"(|mean| ≤ 2 s.e. + 1 % = {r['tol']:.4f})")
         rows.append(report.at_scale(row, f"{prof(O)}: d = {d}, {r['seeds']} seeds",
-                                    comparable=d >= 2000 and r["predicted"] >= 10, needs="d ≥ 2000, ≥ 10 seeds"))
+                                    comparable=d >= 2000 and r["predicted"] >= 10,
+                                    needs="d ≥ 2000 and ≥ 10 non-escaped seeds with an outlier"))
     # 2. antithetic sampling
     anti_max = float(max(O["quad_M"][:, 0].max(), O["gelu_M"][:, 0].max()))
     plain_min = float(min(O["quad_M"][:, 2].min(), O["gelu_M"][:, 2].min()))
