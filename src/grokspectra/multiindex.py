@@ -488,23 +488,14 @@ def run_gd(prob: Problem, m: int, eta: float, T: int, *, act="gelu", a=None, b=N
 
 
 # --- gradient descent on shared data: nested sample sizes, several students -------------------------------------
-def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b. On the CPU through NumPy's BLAS (OpenBLAS): for the skinny products of :func:`run_gd_shared`
-    ([n, d] times [d, c] and [c, n] times [n, d] with c ≲ 30) it is 1.5–2× faster there than torch's MKL path."""
-    if a.device.type == "cpu":
-        import numpy as np
-
-        with np.errstate(all="ignore"):  # a diverged run's columns hold inf/nan; they stay in their own columns
-            return torch.from_numpy(np.matmul(a.numpy(), b.numpy()))
-    return a @ b
-
-
 def _value_and_slope(act: str):
-    """u ↦ (σ(u), σ'(u)) sharing the work (GeLU: one erf and one exp for both)."""
+    """u ↦ (σ(u), σ'(u)) in few passes over u (GeLU: one erf and one exp for both, in place on fresh buffers)."""
     if act == "gelu":
         def f(u):
-            Phi = 0.5 * (1.0 + torch.erf(u * (1.0 / SQRT2)))
-            return u * Phi, Phi + u * (INV_SQRT2PI * torch.exp(-0.5 * u * u))
+            Phi = torch.mul(u, 1.0 / SQRT2).erf_().add_(1.0).mul_(0.5)  # Φ(u)
+            slope = torch.mul(u, u).mul_(-0.5).exp_().mul_(u)  # √(2π) u φ(u)
+            slope = slope.mul_(INV_SQRT2PI).add_(Phi)  # Φ(u) + u φ(u)
+            return Phi.mul_(u), slope
         return f
     if act == "quad":
         return lambda u: (u * u, 2.0 * u)
@@ -598,8 +589,6 @@ def run_gd_shared(prob: Problem, ns: Sequence[int], students: Sequence[tuple], T
     Mrec = torch.empty(B, T + 1, C, k, device=dev, dtype=dt)
     Qrec = torch.empty(B, T + 1, C, C, device=dev, dtype=dt)
     Lrec = torch.zeros(B, T + 1, G, S, device=dev, dtype=dt)  # blocks in column order (decreasing n)
-    rows = torch.arange(n_max, device=dev)[:, None]  # half_mean [G, n_max]: 1/(2 n_g) on the rows of block g
-    half_mean = (0.5 * (rows < torch.tensor(n_desc, device=dev)).to(dt) / torch.tensor(n_desc, device=dev, dtype=dt)).T
     fns = [_value_and_slope(act) for act, _, _ in studs]
     t_test = list(range(T + 1)) if test_at is None else sorted(set(int(v) for v in test_at))
     if not t_test or t_test[0] < 0 or t_test[-1] > T:
@@ -607,30 +596,34 @@ def run_gd_shared(prob: Problem, ns: Sequence[int], students: Sequence[tuple], T
     for b in range(B):
         Xb, yb, Tb = X[b], y[b], Ts[b]
         Wt = torch.cat([starts[s][b].T for _ in range(G) for s in range(S)], dim=0).contiguous()  # [C, d]
-        # pre-activations and gradients kept transposed, [C, n_max]: each (block, student) is a [m, n_max] slab
-        # with the samples contiguous, so the elementwise work runs on long contiguous rows
-        Ut = torch.zeros(C, n_max, device=dev, dtype=dt)
+        # pre-activations and gradients kept transposed, [C, n_max]: each (block, student) is an [m, n] slab with
+        # the samples contiguous. Only a block's own rows [0, n_g) are ever computed or read, so the products write
+        # straight into them (row segments) and the elementwise work touches Σ_g n_g rows, not G·n_max.
+        Ut = torch.empty(C, n_max, device=dev, dtype=dt)
         Ft = torch.empty(C, n_max, device=dev, dtype=dt)
+        Gr = torch.empty(C, d, device=dev, dtype=dt)
+        L = torch.empty(G, S, device=dev, dtype=dt)
         for t in range(T + 1):
-            Mrec[b, t] = Wt @ Tb
-            Qrec[b, t] = Wt @ Wt.T
+            torch.mm(Wt, Tb, out=Mrec[b, t])
+            torch.mm(Wt, Wt.T, out=Qrec[b, t])
             for lo, hi, c in segs:
-                Ut[:c, lo:hi] = _mm(Wt[:c], Xb[lo:hi].T)
-            for s, fn in enumerate(fns):
-                v, slope = fn(Ut.view(G, Cg, n_max)[:, off[s]:off[s] + ms[s]])  # [G, m, n_max]
-                r = v.sum(1) / ms[s] - yb  # [G, n_max] (columns past a block's n hold junk, masked below)
-                Ft.view(G, Cg, n_max)[:, off[s]:off[s] + ms[s]] = (r / ms[s])[:, None] * slope
-                Lrec[b, t, :, s] = (r * r * half_mean).sum(1)  # ½ mean of r² over each block's own rows
+                torch.mm(Wt[:c], Xb[lo:hi].T, out=Ut[:c, lo:hi])
+            for j, n in enumerate(n_desc):
+                for s, fn in enumerate(fns):
+                    c0, m = j * Cg + off[s], ms[s]
+                    v, slope = fn(Ut[c0:c0 + m, :n])  # [m, n]
+                    r = (v.sum(0) if m > 1 else v[0]).mul_(1.0 / m).sub_(yb[:n])  # residual [n]
+                    torch.mul(slope, r.mul(1.0 / m), out=Ft[c0:c0 + m, :n])
+                    L[j, s] = torch.dot(r, r) * (0.5 / n)  # ½ mean of r² over the block's rows
+            Lrec[b, t] = L
             if t == T:
                 break
-            Gr = torch.empty(C, d, device=dev, dtype=dt)
             for lo, hi, c in segs:
-                part = _mm(Ft[:c, lo:hi], Xb[lo:hi])
                 if lo == 0:
-                    Gr[:c] = part
+                    torch.mm(Ft[:c, lo:hi], Xb[lo:hi], out=Gr[:c])
                 else:
-                    Gr[:c] += part
-            Wt = Wt * shrink[:, None] - scale[:, None] * Gr
+                    Gr[:c].addmm_(Ft[:c, lo:hi], Xb[lo:hi])
+            Wt = Wt.mul_(shrink[:, None]).addcmul_(scale[:, None], Gr, value=-1.0)
     # back to one dict per student, in the order of ns
     inv = {g: j for j, g in enumerate(order)}
     outs = []
