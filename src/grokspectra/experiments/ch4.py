@@ -830,8 +830,9 @@ def gd_shared_floor(X: torch.Tensor, ns: list[int], cols: int, reps: int = 3) ->
     """The floor of one step of ``multiindex.run_gd_shared`` on one seed's data X [n_max, d], timed here with plain
     products of the engine's sizes, in the engine's order: for each row segment [lo, hi) of the nested sizes, with
     c active columns, the forward product W [c, d]·X[lo:hi]ᵀ, then for each segment the backward product
-    Fᵀ [c, hi−lo]·X[lo:hi] (best of ``reps`` whole sequences, the faster of torch's and NumPy's BLAS). These
-    skinny products are memory-bound: together they read X twice, so a step cannot be faster than this sequence.
+    Fᵀ [c, hi−lo]·X[lo:hi] (best of ``reps`` whole sequences, the faster of torch's and NumPy's BLAS): a step
+    does at least these products. Together they read X twice; on the 2-core AVX-512 host of December 2026 they
+    took about twice as long as two plain reads of X (≈ 100 GFLOP/s: bound by both the flops and the traffic).
     Also, for comparison: each segment's product repeated alone (``cache_hot_s``: its rows of X stay in cache
     between repetitions, which a step, reading all of X, cannot have) and two reads of X (``two_reads_s``, timed
     as sums). Seconds per step."""
