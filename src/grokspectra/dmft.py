@@ -18,6 +18,8 @@ the noise propagation through B — the "naive" closure chapter 1 shows to be wr
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from .device import DivergenceError, check_steps
@@ -30,6 +32,7 @@ class DMFTError(DivergenceError, RuntimeError):
 
 
 CHECK_EVERY = 25  # steps between checks of the recorded overlaps and risks for divergence
+K_ROWS = 48  # rows of χ per product in the response update (on the 2-core host, 26 GB/s against 19 for one long product)
 
 
 def _cholesky(C: torch.Tensor, t: int) -> torch.Tensor:
@@ -39,9 +42,48 @@ def _cholesky(C: torch.Tensor, t: int) -> torch.Tensor:
         L, info = torch.linalg.cholesky_ex(C + jit * scale * torch.eye(C.shape[0], dtype=C.dtype, device=C.device))
         if int(info) == 0:
             return L
-    ev = torch.linalg.eigvalsh(C)
+    hint = "the step size may be too large for this δ"
+    if not torch.isfinite(C).all():
+        raise DMFTError(f"covariance of w^0..w^{t} has non-finite entries; {hint}")
+    try:
+        ev = torch.linalg.eigvalsh(C)
+    except torch.linalg.LinAlgError:  # eigh itself fails on a badly conditioned C
+        raise DMFTError(f"covariance of w^0..w^{t} is not positive definite (its eigendecomposition fails: "
+                        f"diagonal up to {scale.item():.3e}); {hint}") from None
     raise DMFTError(f"covariance of w^0..w^{t} is not positive definite (smallest eigenvalue {ev[0].item():.3e}, "
-                    f"largest {ev[-1].item():.3e}); the step size may be too large for this δ")
+                    f"largest {ev[-1].item():.3e}); {hint}")
+
+
+_POOL: dict = {"depth": 0, "buf": None}
+
+
+@contextlib.contextmanager
+def reuse_memory():
+    """Within this block, successive :func:`run_dmft` calls share one array for the path responses χ.
+
+    χ is the bulk of a run's memory (N·m²·(T+1)(T+2)/2 values). Fresh memory costs a page fault per 4 KiB page on
+    first touch, which on the project's 2-core machines takes about as long as the recursion's own reads at T ≈ 50;
+    a sweep of many runs (a bisection, a set of path draws) avoids it by reusing the array. The array is held until
+    the outermost block exits, and grows to the largest run inside it.
+    """
+    _POOL["depth"] += 1
+    try:
+        yield
+    finally:
+        _POOL["depth"] -= 1
+        if _POOL["depth"] == 0:
+            _POOL["buf"] = None
+
+
+def _chi_storage(numel: int, device, dtype) -> torch.Tensor:
+    """A flat uninitialised array of ``numel`` values for χ: the pooled one inside :func:`reuse_memory`."""
+    if _POOL["depth"] == 0:
+        return torch.empty(numel, device=device, dtype=dtype)
+    buf = _POOL["buf"]
+    if buf is None or buf.numel() < numel or buf.device != torch.device(device) or buf.dtype != dtype:
+        _POOL["buf"] = None  # free the old one before allocating the new
+        _POOL["buf"] = buf = torch.empty(numel, device=device, dtype=dtype)
+    return buf[:numel]
 
 
 def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int | None = None, *, M0=None, Q0=None,
@@ -119,41 +161,59 @@ def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int
     B = torch.zeros(T + 2, T + 1, m, m, **K64)  # B[t, s] = R_θ(t, s), zero for s ≥ t
     RF = torch.zeros(T + 1, T + 1, m, m, **K64)
     CF = torch.zeros(T + 1, T + 1, m, m, **K64)
-    Xi = torch.zeros(T + 1, N, m, **P)
-    Fs = torch.zeros(T + 1, N, m, **P)
-    # Chi[s, n, c, p, b] = χ(p, s)[b, c] on path n: the layout turns Σ_p B_{t,p} χ(p,s) into one matmul
-    Chi = torch.zeros(T + 1, N, m, (T + 1) * m, **P) if memory else None
+    Xi = torch.empty(N, (T + 1) * m, **P)  # [n, (s, b)] = ξ^s_b on path n
+    Fs = torch.empty(N, (T + 1) * m, **P)  # [n, (s, b)] = F^s_b on path n
+    # Chi[s]: [(p − s, b), (c, n)] = χ(p, s)[b, c] on path n, for s ≤ p (χ(p, s) = 0 for p < s is not stored, and rows
+    # p > t are not yet written): Σ_p B_{t,p} χ(p, s) is then one product per s over a contiguous prefix of rows.
+    Chi = []
+    if memory:
+        chi_off = [0]
+        for t in range(T + 1):
+            chi_off.append(chi_off[-1] + (T + 1 - t) * m * N * m)
+        chi_flat = _chi_storage(chi_off[-1], dev, dtype)
+    K_buf = torch.empty(m * N * m, **P) if memory else None  # work array of the χ update
     train = torch.zeros(T + 1, **K64)
     test = torch.zeros(T + 1, **K64)
     out_u = {}
     c0 = 0  # first step not yet checked for divergence
 
     for t in range(T + 1):
+        rows_t = slice(t * m, (t + 1) * m)
         # 1. w^t = block-row t of chol(Q_⊥[0..t, 0..t]) applied to (ξ^0 … ξ^t)
         L = _cholesky(Qp[: (t + 1) * m, : (t + 1) * m], t)
-        Lrow = L[t * m:(t + 1) * m].reshape(m, t + 1, m).permute(1, 2, 0)  # [s, b, a] = L[t,s][a,b]
-        Xi[t] = draw(m)
-        w = torch.einsum("snb,sba->na", Xi[: t + 1], Lrow.to(dtype))
+        Xi[:, rows_t] = draw(m)
+        w = Xi[:, : (t + 1) * m] @ L[rows_t, : (t + 1) * m].T.to(dtype)  # [n, a]
         # 2. u^t with the memory term Σ_{s<t} F^s B_{t,s}ᵀ
-        u = z @ M[t].to(dtype) + w
+        Brow = B[t, :t].permute(1, 0, 2).reshape(m, t * m).to(dtype)  # [a, (s, b)] = B_{t,s}[a, b]
         if memory and t > 0:
-            u = u + torch.einsum("snb,sab->na", Fs[:t], B[t, :t].to(dtype))
+            w = w + Fs[:, : t * m] @ Brow.T
+        u = z @ M[t].to(dtype) + w
         if memory:
-            F, Lval, J = per_sample_FLD(u, y, act, a, b, loss)
+            F, Lval, Jt = per_sample_FLD(u, y, act, a, b, loss, paths_last=True)  # Jt[b, a, n] = D(u^t_n; y_n)[b, a]
         else:
             F, Lval = per_sample_F_and_loss(u, y, act, a, b, loss)
         if not torch.isfinite(F).all():
             raise DMFTError(f"non-finite F at step t={t} (max |u| = {u.abs().max().item():.3e}); reduce eta")
-        Fs[t] = F
+        Fs[:, rows_t] = F
         # 3.–4. responses χ(t, s) and the kernels R_F, C_F
         if memory:
-            Chi[t, :, :, t * m:(t + 1) * m] = J  # χ(t,t) = J (symmetric)
+            Chi.append(chi_flat[chi_off[t]:chi_off[t + 1]].view((T + 1 - t) * m, N * m))
+            Chi[t][:m] = Jt.view(m, m * N)  # χ(t,t) = J
+            RF[t, t] = delta * Jt.mean(2).double()
             if t > 0:
-                Bflat = B[t].transpose(1, 2).reshape((T + 1) * m, m).to(dtype)  # [(p,b), a] = B_{t,p}[a,b]
-                K = Chi[:t] @ Bflat  # [s, n, c, a] = (Σ_p B_{t,p} χ(p,s))[a, c]
-                Chi[:t, :, :, t * m:(t + 1) * m] = K @ J  # χ(t,s)ᵀ = (J K)ᵀ = Kᵀ J
-            RF[t, : t + 1] = delta * Chi[: t + 1, :, :, t * m:(t + 1) * m].mean(1).transpose(1, 2).double()
-        cf = torch.einsum("na,snb->sab", F, Fs[: t + 1]).double() / N
+                K = K_buf.view(m, m, N)  # one s at a time, so that K stays in cache
+                for s in range(t):
+                    # K[a, c, n] = (Σ_{s≤p<t} B_{t,p} χ(p,s))[a, c], then χ(t, s)[b, c] = Σ_a J[b, a] K[a, c]
+                    Kf, Cs, Bs = K.view(m, m * N), Chi[s], Brow[:, s * m:]
+                    torch.mm(Bs[:, :K_ROWS], Cs[:min(K_ROWS, (t - s) * m)], out=Kf)
+                    for r in range(K_ROWS, (t - s) * m, K_ROWS):  # in blocks of rows: one long product streams slower
+                        Kf.addmm_(Bs[:, r:r + K_ROWS], Cs[r:min(r + K_ROWS, (t - s) * m)])
+                    new = torch.mul(Jt[:, 0, None], K[0], out=Chi[s][(t - s) * m:(t - s + 1) * m].view(m, m, N))
+                    for a_ in range(1, m):
+                        new.addcmul_(Jt[:, a_, None], K[a_])
+                    RF[t, s] = delta * new.mean(2).double()
+        cf = (Fs[:, : (t + 1) * m].T @ F).double() / N  # [(s, b), a] = E F^s_b F^t_a
+        cf = cf.view(t + 1, m, m).transpose(1, 2)  # [s, a, b] = E F^t_a F^s_b
         CF[t, : t + 1] = cf
         CF[: t + 1, t] = cf.transpose(1, 2)
         # 5. observables

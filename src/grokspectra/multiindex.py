@@ -190,11 +190,17 @@ def per_sample_F_and_loss(u, y, act="gelu", a=None, b=None, loss="square"):
     return l1(r)[..., None] * (a * s1(pre) / m), l0(r)
 
 
-def per_sample_FLD(u, y, act="gelu", a=None, b=None, loss="square"):
-    """(F, L, D) in one pass (the DMFT inner loop); see :func:`per_sample_F`, :func:`per_sample_D`."""
+def per_sample_FLD(u, y, act="gelu", a=None, b=None, loss="square", paths_last: bool = False):
+    """(F, L, D) in one pass (the DMFT inner loop); see :func:`per_sample_F`, :func:`per_sample_D`. With
+    ``paths_last`` (``u`` [N, m]), D is returned as [m, m, N], the layout of the DMFT's response arrays."""
     pre, a, m, r, (l0, l1, l2), (s1, s2) = _parts(u, y, act, a, b, loss)
     g = a * s1(pre) / m
     lr = l1(r)
+    if paths_last:
+        gT = g.T.contiguous()
+        D = (l2(r) * gT)[:, None, :] * gT[None, :, :]
+        D.diagonal(dim1=0, dim2=1).add_((lr[..., None] * (a * s2(pre) / m)))
+        return lr[..., None] * g, l0(r), D
     D = l2(r)[..., None, None] * g[..., :, None] * g[..., None, :] + torch.diag_embed(lr[..., None] * (a * s2(pre) / m))
     return lr[..., None] * g, l0(r), D
 

@@ -190,12 +190,13 @@ def outliers(u, device):
     d, dl, t = u["out_d"], u["delta"], u["t"]
     if u["kind"] == "dmft":
         N, out, mt = _even(u["out_N"]), {}, []
-        for tag, kw in (("anti", dict(antithetic=True)),
-                        ("seeded", dict(antithetic=True, M0=[[d ** -0.5] * m])),
-                        ("plain", dict(antithetic=False))):
-            r = dmft.run_dmft(act, lk, dl, eta, t, N, m, keep=[t], device=device, generator=u["dmft_seed"], **kw)
-            out[tag] = np.array(_outlier_row(*_law(r, t, act, lk), dl))
-            mt.append(float(r["M"][t].abs().max()))
+        with dmft.reuse_memory():  # the three runs share one χ array
+            for tag, kw in (("anti", dict(antithetic=True)),
+                            ("seeded", dict(antithetic=True, M0=[[d ** -0.5] * m])),
+                            ("plain", dict(antithetic=False))):
+                r = dmft.run_dmft(act, lk, dl, eta, t, N, m, keep=[t], device=device, generator=u["dmft_seed"], **kw)
+                out[tag] = np.array(_outlier_row(*_law(r, t, act, lk), dl))
+                mt.append(float(r["M"][t].abs().max()))
         out["M"] = np.array(mt)
         return out
     R = u["seeds"][1] - u["seeds"][0]
@@ -344,7 +345,8 @@ def dnn(u, device):
     unless it is ≤ 1, and nan everywhere marks a cell not computed); ``dmft_runs`` and ``wall_s``
     [act, m, link, scale]."""
     t0 = time.perf_counter()
-    r, n = _dnn_cell(u["act"], u["m"], u["link"], u["scale"], u["dnn_times"], u, u["eta"], device, u["seed"] + 17)
+    with dmft.reuse_memory():  # the cell's DMFT runs share one χ array (no fresh page faults per run)
+        r, n = _dnn_cell(u["act"], u["m"], u["link"], u["scale"], u["dnn_times"], u, u["eta"], device, u["seed"] + 17)
     return {"cell": r, "dmft_runs": np.asarray(n), "wall_s": np.asarray(sweep.unit_elapsed(t0))}
 
 
@@ -369,7 +371,7 @@ def _bisect_max_paths(n0: int, n_max: int) -> int:
 @dnn.peak_memory
 def _dnn_memory(u: dict) -> float:
     """One DMFT run at the most paths the bisection can reach, to the last step of ``dnn_times``: at m = 4,
-    160 000 paths and t = 60 the path responses alone are 76 GB."""
+    160 000 paths and t = 60 the path responses alone are 38.7 GB."""
     return costs.dmft_bytes(_even(_bisect_max_paths(u["dnn_N"], u["dnn_Nmax"])), max(u["dnn_times"]), u["m"])
 
 
@@ -426,12 +428,13 @@ def _linear_shrink(p: dict) -> dict:
 @experiment(SECTION, keys=["lin_deltas", "lin_T", "lin_N", "seed"], cost=_linear_cost, shrink=_linear_shrink)
 def linear(p, device):
     """Linearised DMFT trajectories (eq. app-lin): Quad m = 1, y = min(z², 6), η = 0.1, antithetic, M_0 = 10⁻³."""
-    Ms = []
-    for dl in p["lin_deltas"]:
-        r = dmft.run_dmft("quad", "pr_clip", dl, 0.1, p["lin_T"], _even(p["lin_N"]), 1, M0=[[1e-3]], device=device,
-                          generator=p["seed"] + 31)
-        Ms.append(r["M"][:, 0, 0].abs().cpu().numpy())
-    return {"deltas": np.array(p["lin_deltas"]), "M": np.array(Ms)}
+    with dmft.reuse_memory():  # successive DMFT runs share one χ array (no fresh page faults per run)
+        Ms = []
+        for dl in p["lin_deltas"]:
+            r = dmft.run_dmft("quad", "pr_clip", dl, 0.1, p["lin_T"], _even(p["lin_N"]), 1, M0=[[1e-3]],
+                              device=device, generator=p["seed"] + 31)
+            Ms.append(r["M"][:, 0, 0].abs().cpu().numpy())
+        return {"deltas": np.array(p["lin_deltas"]), "M": np.array(Ms)}
 
 
 @linear.peak_memory
@@ -464,23 +467,24 @@ def settle(p, device):
     """Does the first phase settle? Quad m = 1, y = min(z², 6), random init (hard overlap exactly 0, antithetic),
     for each ridge λ and two independent path sets: Q_⊥(t, t), the train risk at every step, and the left edge of
     the bulk of H + λI (eq. app-bulk on the DMFT law of the weights, shifted by λ) at the recorded steps."""
-    T, lag, N = p["settle_T"], p["settle_lag"], _even(p["settle_N"])
-    times = _settle_times(T, lag)
-    lk = mi.link("pr_clip")
-    Q, train, edge = [], [], []
-    for il, lam in enumerate(p["settle_lams"]):
-        Qr, trr, er = [], [], []
-        for rep in range(2):
-            r = dmft.run_dmft("quad", lk, p["settle_delta"], p["eta_quad"], T, N, 1, lam=lam, keep=times,
-                              device=device, generator=p["seed"] + 101 + 7919 * rep)
-            Qr.append(r["Qperp"][:, 0, 0].cpu().numpy())
-            trr.append(r["train"].cpu().numpy())
-            er.append([sp.real_axis_edge(*_law(r, t, "quad", lk)[:1], p["settle_delta"]) + lam for t in times])
-        Q.append(Qr)
-        train.append(trr)
-        edge.append(er)
-    return {"lams": np.array(p["settle_lams"], float), "times": np.array(times), "Qperp": np.array(Q),
-            "train": np.array(train), "edge": np.array(edge)}
+    with dmft.reuse_memory():  # successive DMFT runs share one χ array (no fresh page faults per run)
+        T, lag, N = p["settle_T"], p["settle_lag"], _even(p["settle_N"])
+        times = _settle_times(T, lag)
+        lk = mi.link("pr_clip")
+        Q, train, edge = [], [], []
+        for il, lam in enumerate(p["settle_lams"]):
+            Qr, trr, er = [], [], []
+            for rep in range(2):
+                r = dmft.run_dmft("quad", lk, p["settle_delta"], p["eta_quad"], T, N, 1, lam=lam, keep=times,
+                                  device=device, generator=p["seed"] + 101 + 7919 * rep)
+                Qr.append(r["Qperp"][:, 0, 0].cpu().numpy())
+                trr.append(r["train"].cpu().numpy())
+                er.append([sp.real_axis_edge(*_law(r, t, "quad", lk)[:1], p["settle_delta"]) + lam for t in times])
+            Q.append(Qr)
+            train.append(trr)
+            edge.append(er)
+        return {"lams": np.array(p["settle_lams"], float), "times": np.array(times), "Qperp": np.array(Q),
+                "train": np.array(train), "edge": np.array(edge)}
 
 
 @settle.peak_memory
@@ -524,41 +528,42 @@ def dlin(p, device):
     with the same sign, so no root in the bracket), ``root`` (nan unless status ≤ 1), ``lo``, ``hi``,
     ``noise_limited``, ``root_mc_se``, ``n_final`` (most paths used), ``evals``; the evaluations (δ, paths, mean,
     s.e. over replicates) padded with nan in ``hist`` [horizon, eval, 4], kept whatever the status."""
-    H = p["dlin_horizons"]
-    out = {k: np.full(len(H), np.nan) for k in ("status", "root", "lo", "hi", "noise_limited", "root_mc_se",
-                                                "n_final", "evals")}
-    hists = []
-    for i, T in enumerate(H):
-        seen = {}  # (δ, n) -> values over replicates, in evaluation order: the evidence, whatever the outcome
+    with dmft.reuse_memory():  # successive DMFT runs share one χ array (no fresh page faults per run)
+        H = p["dlin_horizons"]
+        out = {k: np.full(len(H), np.nan) for k in ("status", "root", "lo", "hi", "noise_limited", "root_mc_se",
+                                                    "n_final", "evals")}
+        hists = []
+        for i, T in enumerate(H):
+            seen = {}  # (δ, n) -> values over replicates, in evaluation order: the evidence, whatever the outcome
 
-        def crit(dl, n, rep, T=T, seen=seen):  # kept in the unit's checkpoint: an interrupted unit resumes
-            v = sweep.memo(f"{T}|{round(dl, 12)!r}|{n}|{rep}",
-                           lambda: float(lin_rate(dl, T, n, rep, eta=p["eta_quad"], seed=p["seed"], device=device)))
-            seen.setdefault((dl, n), []).append(v)
-            return v
-        try:
-            r = tr.noisy_bisect(crit, p["dlin_lo"], p["dlin_hi"], rtol=p["dlin_rtol"], n0=p["dlin_N0"],
-                                n_max=p["dlin_Nmax"], reps=p["dlin_reps"])
-            end_undecided = r["limited_by"] == "noise" and not np.isfinite(r["root_mc_se"])
-            out["status"][i] = 2 if end_undecided else float(r["limited_by"] == "noise")
-            out["root"][i], out["lo"][i], out["hi"][i] = r["root"], r["lo"], r["hi"]
-            out["noise_limited"][i] = float(r["limited_by"] == "noise")
-            out["root_mc_se"][i] = r["root_mc_se"]
-        except ValueError:  # both ends decided with the same sign: no root in the bracket (a finding, not a crash)
-            out["status"][i] = 3
-            out["lo"][i], out["hi"][i] = p["dlin_lo"], p["dlin_hi"]
-        hists.append(np.array([[dl, n, np.mean(v), np.std(v, ddof=1) / np.sqrt(len(v))]
-                               for (dl, n), v in seen.items()]).reshape(-1, 4))
-        if not np.all(np.isfinite(hists[-1])):
-            raise ValueError(f"dlin: non-finite growth c_T at T = {T}: {hists[-1].tolist()}")
-        out["n_final"][i] = hists[-1][:, 1].max()
-        out["evals"][i] = len(hists[-1])
-    L = max(1, max(len(h) for h in hists))
-    hist = np.full((len(H), L, 4), np.nan)
-    for i, h in enumerate(hists):
-        hist[i, :len(h)] = h
-    out.update(hist=hist, horizons=np.array(H))
-    return out
+            def crit(dl, n, rep, T=T, seen=seen):  # kept in the unit's checkpoint: an interrupted unit resumes
+                v = sweep.memo(f"{T}|{round(dl, 12)!r}|{n}|{rep}",
+                               lambda: float(lin_rate(dl, T, n, rep, eta=p["eta_quad"], seed=p["seed"], device=device)))
+                seen.setdefault((dl, n), []).append(v)
+                return v
+            try:
+                r = tr.noisy_bisect(crit, p["dlin_lo"], p["dlin_hi"], rtol=p["dlin_rtol"], n0=p["dlin_N0"],
+                                    n_max=p["dlin_Nmax"], reps=p["dlin_reps"])
+                end_undecided = r["limited_by"] == "noise" and not np.isfinite(r["root_mc_se"])
+                out["status"][i] = 2 if end_undecided else float(r["limited_by"] == "noise")
+                out["root"][i], out["lo"][i], out["hi"][i] = r["root"], r["lo"], r["hi"]
+                out["noise_limited"][i] = float(r["limited_by"] == "noise")
+                out["root_mc_se"][i] = r["root_mc_se"]
+            except ValueError:  # both ends decided with the same sign: no root in the bracket (a finding, not a crash)
+                out["status"][i] = 3
+                out["lo"][i], out["hi"][i] = p["dlin_lo"], p["dlin_hi"]
+            hists.append(np.array([[dl, n, np.mean(v), np.std(v, ddof=1) / np.sqrt(len(v))]
+                                   for (dl, n), v in seen.items()]).reshape(-1, 4))
+            if not np.all(np.isfinite(hists[-1])):
+                raise ValueError(f"dlin: non-finite growth c_T at T = {T}: {hists[-1].tolist()}")
+            out["n_final"][i] = hists[-1][:, 1].max()
+            out["evals"][i] = len(hists[-1])
+        L = max(1, max(len(h) for h in hists))
+        hist = np.full((len(H), L, 4), np.nan)
+        for i, h in enumerate(hists):
+            hist[i, :len(h)] = h
+        out.update(hist=hist, horizons=np.array(H))
+        return out
 
 
 @dlin.peak_memory
@@ -604,26 +609,27 @@ def limit(u, device):
     informative outlier) and the left edge of the bulk (eq. app-bulk). Returns ``crit``, ``edge`` [rep, t]; the
     assembled experiment holds them as [δ, rep, t] with ``deltas``, ``times`` and ``wall_s`` [δ]. A criterion the
     spectral solver cannot evaluate is an error, not a row."""
-    t0 = time.perf_counter()
-    lk = mi.link("pr_clip")
-    times, N = sorted(u["times"]), _even(u["N"])
-    crit, edge = [], []
-    for rep in range(u["reps"]):
-        def compute(rep=rep):
-            r = dmft.run_dmft("quad", lk, u["delta"], u["eta"], max(times), N, 1, Q0=np.eye(1), keep=times,
-                              device=device, generator=u["seed"] + 31 + 7919 * rep + 13 * N)
-            rows = []
-            for t in times:
-                c = sp.nn_criterion(*_law(r, t, "quad", lk), u["delta"])
-                rows.append([float(c["crit"]), float(c["edge"])])
-            return rows
-        rows = np.array(sweep.memo(f"{rep}", compute))
-        crit.append(rows[:, 0])
-        edge.append(rows[:, 1])
-    crit, edge = np.array(crit), np.array(edge)
-    if not (np.isfinite(crit).all() and np.isfinite(edge).all()):
-        raise sp.ConvergenceError(float("nan"), 0, float("nan"), f"δ_NN criterion at δ = {u['delta']:g}")
-    return {"crit": crit, "edge": edge, "wall_s": np.asarray(sweep.unit_elapsed(t0))}
+    with dmft.reuse_memory():  # successive DMFT runs share one χ array (no fresh page faults per run)
+        t0 = time.perf_counter()
+        lk = mi.link("pr_clip")
+        times, N = sorted(u["times"]), _even(u["N"])
+        crit, edge = [], []
+        for rep in range(u["reps"]):
+            def compute(rep=rep):
+                r = dmft.run_dmft("quad", lk, u["delta"], u["eta"], max(times), N, 1, Q0=np.eye(1), keep=times,
+                                  device=device, generator=u["seed"] + 31 + 7919 * rep + 13 * N)
+                rows = []
+                for t in times:
+                    c = sp.nn_criterion(*_law(r, t, "quad", lk), u["delta"])
+                    rows.append([float(c["crit"]), float(c["edge"])])
+                return rows
+            rows = np.array(sweep.memo(f"{rep}", compute))
+            crit.append(rows[:, 0])
+            edge.append(rows[:, 1])
+        crit, edge = np.array(crit), np.array(edge)
+        if not (np.isfinite(crit).all() and np.isfinite(edge).all()):
+            raise sp.ConvergenceError(float("nan"), 0, float("nan"), f"δ_NN criterion at δ = {u['delta']:g}")
+        return {"crit": crit, "edge": edge, "wall_s": np.asarray(sweep.unit_elapsed(t0))}
 
 
 @limit.peak_memory
