@@ -820,3 +820,19 @@ def test_outlier_window_inverts_the_grid_and_counts_late_crossings():
                               0, tw, 0.5)  # two d with the same runs
     assert "The same count at each d: 2 of 3 at d = 500, 2 of 3 at d = 1000." in ch4.escape_window_sentence(
         E2, tw, [500, 1000])
+
+
+def test_an_open_band_of_t_star_reads_beyond_the_grid_and_counts_no_late_crossing():
+    """At δ just below the last root, δ_NN − its uncertainty never reaches δ within the grid: t*'s upper end is off
+    the grid, so the outlier may outlive the last step. The sentence says so (no "nan") and no crossing counts as
+    late, since none is known to come after the outlier is gone; the lower end likewise reads "< first step"."""
+    from grokspectra.experiments import ch4
+    rt = {"times": np.array([10, 20, 40]), "root": np.array([5.0, 6.0, 7.0]), "root_se": np.array([0.5, 0.5, 0.5]),
+          "interp": np.zeros(3)}
+    tw = ch4.outlier_window(rt, [5.2, 6.8])
+    assert np.isnan(tw["lo"][0]) and np.isnan(tw["hi"][1]) and np.isfinite(tw["t"]).all()
+    t_hit = np.array([[[3, 30, 35], [5, 100, 50]]], float)[None]
+    E = ch4.escape_vs_window({"t_hit": t_hit, "cos_final": np.full_like(t_hit, 0.9)}, 0, tw, 0.5)
+    assert E["late"][0, 1] == 0 and E["late"][0, 0] == 2  # 30, 35 > hi(5.2) ≈ 15; nothing beyond an open end
+    s = ch4.escape_window_sentence(E, tw, [1000])
+    assert "nan" not in s and "[< 10," in s and "> 40, beyond the grid]" in s

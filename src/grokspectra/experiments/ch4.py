@@ -633,12 +633,21 @@ def escape_vs_window(res, si: int, tw: dict, threshold: float) -> dict:
     step)."""
     t_hit = np.asarray(res["t_hit"], float)[si]
     ok = np.isfinite(t_hit) & (np.asarray(res["cos_final"], float)[si] >= threshold)
-    hi = np.asarray(tw["hi"], float)[None, :, None]
+    # a band whose upper end is off the grid (nan: the outlier may outlive the last computed step) counts no
+    # crossing as late: no crossing is known to come after the outlier has gone
+    hi = np.nan_to_num(np.asarray(tw["hi"], float), nan=np.inf)[None, :, None]
     late = np.where(np.isfinite(tw["t"])[None, :], (ok & (t_hit > hi)).sum(-1), np.nan)
     with np.errstate(all="ignore"):  # nan where a (d, δ) has no success
         t_med = np.nanmedian(np.where(ok, t_hit, np.nan), axis=-1)
     return {"succ": ok.sum(-1), "late": late, "t_med": t_med,
             "within": (ok & (t_hit <= tw["t_last"])).sum(-1)}
+
+
+def _band(tw: dict, j: int) -> str:
+    """t*'s band at δ index j as text; an end off the grid reads "before the first step" / "beyond the last"."""
+    lo = f"{tw['lo'][j]:.0f}" if np.isfinite(tw["lo"][j]) else f"< {tw['t_first']:g}"
+    hi = f"{tw['hi'][j]:.0f}" if np.isfinite(tw["hi"][j]) else f"> {tw['t_last']:g}, beyond the grid"
+    return f"[{lo}, {hi}]"
 
 
 def escape_window_sentence(E: dict, tw: dict, d_list) -> str:
@@ -652,7 +661,7 @@ def escape_window_sentence(E: dict, tw: dict, d_list) -> str:
         if tw["where"][j] == "in grid" and n:
             k = int(E["late"][i, j])
             tot, late = tot + n, late + k
-            parts.append(f"at δ = {dl:g}, t* = {tw['t'][j]:.0f} [{tw['lo'][j]:.0f}, {tw['hi'][j]:.0f}] and {k} of {n} "
+            parts.append(f"at δ = {dl:g}, t* = {tw['t'][j]:.0f} {_band(tw, j)} and {k} of {n} "
                          f"successful runs cross after it (median crossing step {E['t_med'][i, j]:.0f})")
     if not parts:
         return ""
