@@ -39,3 +39,19 @@ def test_bench_xu_without_its_script_is_one_clear_error():
     r = subprocess.run([sys.executable, "-m", "grokspectra", "bench", "xu", "--quick"], capture_output=True, text=True)
     assert r.returncode != 0
     assert "needs --against PATH" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_size_overrides_reach_the_benchmark_and_bad_ones_are_one_clear_error():
+    """``bench dmft --size T=…`` times the DMFT at that horizon (the README quotes the ratio at the paper's T); a key
+    the benchmark does not take, or a size that is not a positive integer, is refused before anything runs."""
+    import json
+    ok = subprocess.run([sys.executable, "-m", "grokspectra", "bench", "dmft", "--quick", "--device", "cpu",
+                         "--size", "T=4", "--size", "m=1"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    out = json.loads(ok.stdout)
+    assert (out["T"], out["m"], len(out["M_T"])) == (4, 1, 1)
+    for bad, msg in [(["dmft", "--size", "X=3"], "KEY in ['T', 'N', 'm']"), (["gd", "--size", "T=3"], "KEY in none"),
+                     (["dmft", "--size", "T=0"], "positive integer")]:
+        r = subprocess.run([sys.executable, "-m", "grokspectra", "bench", *bad, "--quick"], capture_output=True,
+                           text=True)
+        assert r.returncode != 0 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr

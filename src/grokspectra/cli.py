@@ -262,6 +262,19 @@ def cmd_bench(a) -> int:
     kw = {"against": a.against} if a.against else {}
     if kw and "against" not in inspect.signature(benches[a.name]).parameters:
         raise SystemExit(f"error: benchmark {a.name!r} takes no --against")
+    sizes = [n for n, p_ in inspect.signature(benches[a.name]).parameters.items()
+             if n not in ("device", "quick", "against") and p_.kind == p_.KEYWORD_ONLY]
+    for item in a.size or []:
+        key, eq, val = item.partition("=")
+        if key not in sizes or not eq:
+            raise SystemExit(f"error: benchmark {a.name!r} takes --size KEY=N with KEY in {sizes or 'none'}; "
+                             f"got {item!r}")
+        try:
+            kw[key] = int(val)
+        except ValueError:
+            raise SystemExit(f"error: --size {key}: expected a positive integer, got {val!r}") from None
+        if kw[key] < 1:
+            raise SystemExit(f"error: --size {key}: expected a positive integer, got {val!r}")
     try:
         out = benches[a.name](device=a.device or "auto", quick=a.quick, **kw)
     except (ValueError, FileNotFoundError) as err:  # a missing --against, an unknown device: one clear line
@@ -414,6 +427,8 @@ def _main(argv=None) -> int:
     b.add_argument("--quick", action="store_true", help="a small size, for a smoke test")
     b.add_argument("--against", default=None, metavar="PATH",
                    help="another implementation's script to time side by side (bench xu: Xu's tian_eigengap.py)")
+    b.add_argument("--size", action="append", metavar="KEY=N",
+                   help="override one of the benchmark's sizes (bench dmft: T, N, m); repeatable")
     b.set_defaults(fn=cmd_bench)
     c = sub.add_parser("check", help="validate a notebook's parameters (profile + -p overrides)")
     c.add_argument("section")

@@ -200,27 +200,31 @@ def bench_gd(device="auto", quick=False) -> dict:
     return res
 
 
-def bench_dmft(device="auto", quick=False) -> dict:
-    """DMFT with T = 50, N = 10⁵ paths, m = 2 (``quick``: T = 10, N = 2·10⁴). Memory-bound: the floor is the
+def bench_dmft(device="auto", quick=False, *, T: int | None = None, N: int | None = None, m: int | None = None) -> dict:
+    """DMFT with T = 50, N = 10⁵ paths, m = 2 (``quick``: T = 10, N = 2·10⁴; ``T``, ``N``, ``m`` override either, as
+    ``bench dmft --size T=120``: the per-step overhead weighs less against the O(T²) recursion as T grows).
+    Memory-bound: the floor is the
     traffic the response recursion needs, at the bandwidth measured in this run. At step t it reads χ(p, s) for
     s ≤ p < t (t(t+1)/2 blocks of N·m² float64 values), writes χ(t, s) for s ≤ t and reads them back for R_F
     (2(t+1) blocks). Timed twice: a first run in fresh memory (``time_cold_s``: it pays the page faults of first
     touch) and a run inside :func:`grokspectra.dmft.reuse_memory` after another of the same size (``time_s``), as a
     sweep of many runs does."""
     dev = get_device(device)
-    T, N, m = (10, 20000, 2) if quick else (50, 100000, 2)
+    T0, N0, m0 = (10, 20000, 2) if quick else (50, 100000, 2)
+    T, N, m = T or T0, N or N0, m or m0
     args = ("gelu", "pr", 3.0, 2.0)
-    dmft.run_dmft(*args, 2, N, m, M0=[[0.5, 0.3]], device=dev, generator=0)  # warm-up
+    M0 = [([0.5, 0.3] + [0.2] * m)[:m]]  # the first-layer overlaps at t = 0, one hard direction
+    dmft.run_dmft(*args, 2, N, m, M0=M0, device=dev, generator=0)  # warm-up
     synchronize(dev)
     t0 = time.perf_counter()
-    dmft.run_dmft(*args, T, N, m, M0=[[0.5, 0.3]], device=dev, generator=0)
+    dmft.run_dmft(*args, T, N, m, M0=M0, device=dev, generator=0)
     synchronize(dev)
     cold = time.perf_counter() - t0
     with dmft.reuse_memory():
-        dmft.run_dmft(*args, T, N, m, M0=[[0.5, 0.3]], device=dev, generator=1)
+        dmft.run_dmft(*args, T, N, m, M0=M0, device=dev, generator=1)
         synchronize(dev)
         t0 = time.perf_counter()
-        out = dmft.run_dmft(*args, T, N, m, M0=[[0.5, 0.3]], device=dev, generator=0)
+        out = dmft.run_dmft(*args, T, N, m, M0=M0, device=dev, generator=0)
         synchronize(dev)
         wall = time.perf_counter() - t0
     assert torch.isfinite(out["train"]).all()
