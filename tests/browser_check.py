@@ -34,6 +34,7 @@ import collections
 import fcntl
 import functools
 import http.server
+import io
 import json
 import os
 import select
@@ -45,6 +46,16 @@ import threading
 import time
 from pathlib import Path
 
+ONE_SHOT = 16000  # px: a page up to this tall is captured in one piece
+MAX_SHOT = 60000  # px: a stitched screenshot stops here (JPEG allows 65 535)
+HIDE_STICKY_JS = """for (const el of document.querySelectorAll("body *")) {
+  const pos = getComputedStyle(el).position;
+  if (pos === "sticky" || pos === "fixed") { el.dataset.gsVis = el.style.visibility; el.style.visibility = "hidden"; }
+}"""
+SHOW_STICKY_JS = """for (const el of document.querySelectorAll("[data-gs-vis]")) {
+  el.style.visibility = el.dataset.gsVis; delete el.dataset.gsVis;
+}
+window.scrollTo(0, 0);"""
 WIDTHS = {"1280": dict(width=1280, height=900, deviceScaleFactor=1, mobile=False),
           "390": dict(width=390, height=844, deviceScaleFactor=1, mobile=True)}
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -193,13 +204,34 @@ class Page:
         return _whole_chars(r["result"].get("value"))
 
     def screenshot(self, path: Path, width: int):
-        height = self.js("Math.ceil(Math.max(document.documentElement.scrollHeight, document.body.scrollHeight))")
-        height = max(1, min(int(height), 16000))
-        data = self.call("Page.captureScreenshot", {"format": "jpeg", "quality": 85, "captureBeyondViewport": True,
-                                                    "fromSurface": True,
-                                                    "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}},
-                         timeout=60)["data"]
-        path.write_bytes(base64.b64decode(data))
+        """A full-page JPEG. Up to ``ONE_SHOT`` px tall, one capture beyond the viewport; a taller page is captured
+        viewport by viewport while scrolling and stitched (Chromium lays a page taller than its largest texture,
+        16 384 px, out at another width when asked to capture it whole: the sidebar vanished and the article
+        shifted). Sticky and fixed elements (header, sidebars) are hidden after the first viewport, as they scroll
+        away in a one-shot capture."""
+        height = int(self.js("Math.ceil(Math.max(document.documentElement.scrollHeight, document.body.scrollHeight))"))
+        if height <= ONE_SHOT:
+            data = self.call("Page.captureScreenshot", {"format": "jpeg", "quality": 85, "captureBeyondViewport": True,
+                                                        "fromSurface": True, "clip": {"x": 0, "y": 0, "width": width,
+                                                                                      "height": max(1, height), "scale": 1}},
+                             timeout=60)["data"]
+            path.write_bytes(base64.b64decode(data))
+            return
+        from PIL import Image  # matplotlib's dependency, so in the environment
+
+        height = min(height, MAX_SHOT)
+        out, y = Image.new("RGB", (width, height), "white"), 0
+        while y < height:
+            sy = int(self.js(f"new Promise((r) => {{ window.scrollTo(0, {y}); requestAnimationFrame(() => "
+                             "requestAnimationFrame(() => r(window.scrollY))); })"))
+            data = self.call("Page.captureScreenshot", {"format": "png", "fromSurface": True}, timeout=60)["data"]
+            tile = Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB")
+            out.paste(tile.crop((0, y - sy, width, tile.height)), (0, y))
+            if y == 0:
+                self.js(HIDE_STICKY_JS)
+            y = sy + tile.height
+        self.js(SHOW_STICKY_JS)
+        out.save(path, quality=85)
 
 
 # Waits for MathJax's first typeset, web fonts and every image (lazy ones are made eager), then one frame.
