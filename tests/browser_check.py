@@ -46,6 +46,13 @@ import threading
 import time
 from pathlib import Path
 
+# After a change of width the theme slides its primary sidebar off-canvas (a CSS transition of about 0.3 s); a
+# check or screenshot taken before it ends sees the drawer half-way across the text.
+SETTLE_ANIMATIONS_JS = """new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => {
+  const running = document.getAnimations().filter((a) => a.playState === "running").map((a) => a.finished.catch(() => 0));
+  Promise.race([Promise.all(running), new Promise((t) => setTimeout(t, 3000))])
+    .then(() => requestAnimationFrame(() => r(running.length)));
+})))"""
 ONE_SHOT = 16000  # px: a page up to this tall is captured in one piece
 MAX_SHOT = 60000  # px: a stitched screenshot stops here (JPEG allows 65 535)
 HIDE_STICKY_JS = """for (const el of document.querySelectorAll("body *")) {
@@ -422,8 +429,8 @@ def check_page(page: Page, url: str, shots: Path | None, stem: str) -> tuple[lis
             mj = page.js(SETTLE_JS, timeout=45)
             if mj not in ("ok", "absent"):
                 fails.append(("mathjax", f"MathJax did not finish ({mj})"))
-        else:  # the same document re-laid out at the narrow width
-            page.js("new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        else:  # the same document re-laid out at the narrow width, once the transitions it starts have ended
+            page.js(SETTLE_ANIMATIONS_JS)
         geo = page.js(GEOMETRY_JS)
         for w in geo["wide"]:
             line = f"{w['what']}: {w['width']} px, sticks out {w['over']} px (column {w['column']} px)"
