@@ -12,30 +12,8 @@ from grokspectra.multiindex import (fresh_latents, link as make_link, make_gener
 def run_dmft_reference(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int | None = None, *, M0=None, Q0=None,
              a=None, b=None, lam: float = 0.0, loss="square", memory: bool = True, antithetic: bool = True,
              keep=(), n_test: int | None = None, device="cpu", dtype=torch.float64, generator=None) -> dict:
-    """Run the DMFT recursion of chapter 1 for t = 0 … T with N Monte Carlo paths.
-
-    Parameters
-    ----------
-    act, link : activation name (``multiindex.ACTIVATIONS``) and link (name, callable or ``Link``).
-    delta, eta, lam : sample ratio δ = n/d, GD step η, ridge λ.
-    T, N, m, k : steps, paths (even when ``antithetic``), width, latent dimension (default the link's).
-    M0 : [k, m] initial overlap (default 0: random init); Q0 : Q_⊥(0,0) (default I_m).
-    memory : keep the memory (Onsager) terms. antithetic : pair the paths (z, ξ) and (z with its hard coordinates
-        flipped, ξ) (chapter 1, "Easy and hard directions"); with a hard row of M0 equal to 0 the hard overlap then stays exactly 0.
-    keep : steps t whose sample-side law is returned.
-
-    Returns
-    -------
-    dict with ``M`` [T+1,k,m], ``Q`` [T+1,m,m] (= MᵀM + Q_⊥), ``Qperp`` [T+1,m,m], ``train`` [T+1] (mean L(u^t; y)
-    over paths, memory included), ``test`` [T+1] (E L(u; y), u = zM_t + N(0, Q_⊥(t,t)), no memory), the kernels
-    ``C_F``, ``R_F``, ``R_theta`` [T+1,T+1,m,m] (R_theta[t,s] = B_{t,s}), and for each t in ``keep``:
-    ``law[t] = {"z": [N,k], "y": [N], "u": [N,m]}`` (also ``z``, ``y``, ``u[t]``), from which the Hessian weight law
-    is G_t = per_sample_D(u, y, act, a, b) and the hard coordinates are ζ = z[:, link.hard] (chapters 2–3).
-
-    Raises :class:`DMFTError` (a ``grokspectra.device.DivergenceError``) naming the step where a covariance lost
-    positive definiteness or F became non-finite, and ``DivergenceError`` naming the first step where M or a risk
-    became NaN, infinite or larger than 1e30 (checked every :data:`CHECK_EVERY` steps and at the end).
-    """
+    """The square-layout version of :func:`grokspectra.dmft.run_dmft`: the same signature, parameters, returns and
+    errors (see its docstring); the paths' χ(p, s) are kept for all p, s in one [T+1, N, m, (T+1)m] array."""
     lk = make_link(link)
     k = lk.k if k is None else k
     if k != lk.k:
