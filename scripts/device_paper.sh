@@ -3,6 +3,8 @@
 # book needs it, within a time budget, then pack the store so the results can be brought back and committed.
 #
 #   BUDGET=480 OUT=/some/dir bash scripts/device_paper.sh        # needs only torch + this checkout (no Jupyter)
+#   ORDER=ch3.dnn BENCH="dmft modadd" GROKSPECTRA_COMMIT=<sha> ...  # one experiment, benchmarks first; the commit
+#                                                                  # for provenance where the copy has no .git
 #
 # Finished units are stored one by one (results/paper/...), so stopping at the budget loses at most the unit in
 # progress; a later run (here or on a CPU) computes only what is still missing.
@@ -14,7 +16,17 @@ OUT=${OUT:-$PWD/build}
 ORDER=${ORDER:-"ch6 ch7.headline ch7.eta_long ch7.eta_sweep ch7.relu ch7.grid ch1 ch2 ch4.sweep ch3 ch4 ch5"}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" GROKSPECTRA_PROGRESS=0
 DEVICE=${DEVICE:-cuda}
+BENCH=${BENCH:-}                       # benchmarks to time first, e.g. "dmft modadd" (BENCH_CAP seconds each)
+BENCH_CAP=${BENCH_CAP:-60}
 mkdir -p "$OUT"
+marker=$(mktemp); touch "$marker"
+nvidia-smi -L 2>/dev/null || true
+"$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+for b in $BENCH; do
+  echo "== $(date -u +%H:%M:%S) bench $b"
+  timeout -s INT -k 10 "$BENCH_CAP" "$PYTHON" -m grokspectra bench "$b" --device "$DEVICE" > "$OUT/bench-$b.json" \
+    || echo "bench $b stopped or failed (exit $?)"
+done
 "$PYTHON" -m grokspectra status --profile paper
 start=$(date +%s)
 for e in $ORDER; do
@@ -26,3 +38,6 @@ for e in $ORDER; do
 done
 "$PYTHON" -m grokspectra status --profile paper
 "$PYTHON" -m grokspectra pack "$OUT/results-paper.tar.gz" --profile paper
+# what this run added alone (units and bisection checkpoints), small enough to bring back when the whole store is not
+find results/paper -newer "$marker" -type f ! -name '*.tmp' -print0 | tar czf "$OUT/results-paper-new.tar.gz" --null -T -
+tar tzf "$OUT/results-paper-new.tar.gz" | sed 's/^/new: /'

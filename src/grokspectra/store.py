@@ -78,17 +78,20 @@ def make_key(experiment: str, params: Mapping, code: str) -> str:
 
 
 def git_commit() -> str:
-    """Short commit of the repository, with ``+dirty`` when tracked source files differ from it."""
+    """Short commit of the repository, with ``+dirty`` when tracked source files differ from it. A copy of the
+    working tree without its ``.git`` (a borrowed GPU machine) names the commit it was copied from in
+    ``$GROKSPECTRA_COMMIT``; without either, "unknown"."""
+    fallback = os.environ.get("GROKSPECTRA_COMMIT", "").strip() or "unknown"
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=REPO, capture_output=True,
                              text=True, timeout=10).stdout.strip()
         if not sha:
-            return "unknown"
+            return fallback
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "src"], cwd=REPO,
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return fallback
 
 
 @dataclasses.dataclass
