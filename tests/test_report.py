@@ -51,3 +51,10 @@ def test_scale_note_counts_units_and_names_the_commands(tmp_path):
     mixed = done[:-1] + [{**rows[-1], "stored": 1, "state": "partial", "left_s": 5400.0}]
     t = report.scale_md(mixed)
     assert "(complete)" in t and "90 min" in t and rows[-1]["experiment"] in t.split("Units are resumable")[1]
+    # units that need more memory than this machine has are named, not folded into "0 s" left
+    big = done[:-1] + [{**rows[-1], "stored": 1, "state": "partial", "left_s": 0.0, "too_big": 12,
+                        "too_big_s": 18000.0, "memory": "this machine's 23.5 GiB of memory"}]
+    row = report.scale_md(big).splitlines()[-1]
+    assert row.endswith("| 5.0 h in 12 units that need more memory than this machine's 23.5 GiB of memory |"), row
+    both = done[:-1] + [{**big[-1], "left_s": 600.0}]
+    assert "| 10 min here; 5.0 h in 12 units" in report.scale_md(both)

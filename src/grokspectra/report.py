@@ -186,11 +186,21 @@ def scale_md(rows: list[dict], profile: str = "paper") -> str:
     done = [r for r in rows if r["state"] == "current"]
     if len(done) == len(rows):
         return f"Every result on this page is computed at the `{profile}` scale."
-    lines = [f"| experiment | `{profile}` units computed | compute left (one core) |", "|---|---|---|"]
+    lines = [f"| experiment | `{profile}` units computed | compute left (at the stored units' rate) |", "|---|---|---|"]
+
+    def left(r):  # what this machine can compute, and what needs a machine with more memory
+        if r["state"] == "current":
+            return "–"
+        big = r.get("too_big", 0)
+        s = (fmt(r["left_s"]) + " here; " if r["left_s"] or not big else "") if big else fmt(r["left_s"])
+        if big:
+            s += (f"{fmt(r.get('too_big_s', float('nan')))} in {big} unit{'s' if big > 1 else ''} that need more "
+                  f"memory than {r.get('memory') or 'this machine'}")
+        return s
+
     for r in rows:
         lines.append(f"| `{r['experiment']}` | {r['stored']} of {r['units']}"
-                     + (" (complete)" if r["state"] == "current" else "") + " | "
-                     + ("–" if r["state"] == "current" else fmt(r["left_s"])) + " |")
+                     + (" (complete)" if r["state"] == "current" else "") + " | " + left(r) + " |")
     missing = [r["experiment"] for r in rows if r["state"] != "current"]
     return (f"{len(done)} of {len(rows)} experiments of this page are complete at the `{profile}` scale and shown at "
             f"it; the others are shown at this build's profile, or as the part of the `{profile}` grid computed so "
