@@ -18,7 +18,7 @@ import yaml
 
 from grokspectra import experiments as ex
 from grokspectra import store as st
-from grokspectra import sweep, version
+from grokspectra import report, sweep, version
 from grokspectra.params import load_profile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -425,7 +425,7 @@ def test_best_partial_shows_the_stored_cells_of_a_grid(tmp_path):
     text = ch3.dnn_coverage_sentence(part, store)
     assert text.startswith("The table gives the compute time") and "breakdown" not in text
     gap = ch3.dnn_gap_sentence(part, store)
-    assert "1 of the 2 cells at m = 1" in gap and "h of one CPU" in gap and "Of these" not in gap  # it fits here
+    assert "1 of the 2 cells at m = 1" in gap and "at the rate the computed cells ran" in gap and "Of these" not in gap  # it fits here
     assert [c["state"] for c in ch3.dnn_cells(part, store)] == ["computed", "to do"]
     table = ch3.dnn_coverage_table(part, store).splitlines()
     assert table[0] == "| student | pr_clip, s = 1 | pr_clip, s = 0.25 |" and len(table) == 3
@@ -769,7 +769,7 @@ def test_dnn_gap_sentence_names_cells_too_large_for_this_device(tmp_path, monkey
     rate, _ = sweep.estimate_rate(e, store, time_probe=False)
     missing = [u for u in e.units(part.meta["params"]) if u["scale"] == 0.25]
     hours = rate * e.cost_of(missing[0]) / 3600
-    assert f"about {hours:.0f} h by the cost model, at the rate the computed cells ran" in text
+    assert f"about {report.duration(hours * 3600)} by the cost model, at the rate the computed cells ran" in text
 
 
 def test_every_experiment_that_runs_the_dmft_has_a_memory_model():

@@ -177,12 +177,17 @@ def fmt(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def duration(s: float) -> str:
+    """Seconds as a reader reads them: "45 s", "12 min", "5.0 h"; "?" for NaN."""
+    return "?" if s != s else f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
 def scale_md(rows: list[dict], profile: str = "paper") -> str:
     """A note for the top of a chapter: how far each of its experiments is computed at ``profile`` scale (rows of
     ``experiments.section_status``), the compute time still missing and the command that computes it. Results
     whose ``profile`` is complete are shown at that scale; the others at the notebook's own profile, or as the
     computed part of the ``profile`` grid where the figure's provenance line says so."""
-    fmt = lambda s: "?" if s != s else f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+    fmt = duration
     done = [r for r in rows if r["state"] == "current"]
     if len(done) == len(rows):
         return f"Every result on this page is computed at the `{profile}` scale."
