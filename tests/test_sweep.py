@@ -18,7 +18,7 @@ import yaml
 
 from grokspectra import experiments as ex
 from grokspectra import store as st
-from grokspectra import report, sweep, version
+from grokspectra import sweep, version
 from grokspectra.params import load_profile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -769,7 +769,7 @@ def test_dnn_gap_sentence_names_cells_too_large_for_this_device(tmp_path, monkey
     rate, _ = sweep.estimate_rate(e, store, time_probe=False)
     missing = [u for u in e.units(part.meta["params"]) if u["scale"] == 0.25]
     hours = rate * e.cost_of(missing[0]) / 3600
-    assert f"about {report.duration(hours * 3600)} by the cost model, at the rate the computed cells ran" in text
+    assert f"about {sweep.fmt_seconds(hours * 3600)} by the cost model, at the rate the computed cells ran" in text
 
 
 def test_every_experiment_that_runs_the_dmft_has_a_memory_model():

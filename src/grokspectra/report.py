@@ -177,17 +177,13 @@ def fmt(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
-def duration(s: float) -> str:
-    """Seconds as a reader reads them: "45 s", "12 min", "5.0 h"; "?" for NaN."""
-    return "?" if s != s else f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
-
-
 def scale_md(rows: list[dict], profile: str = "paper") -> str:
     """A note for the top of a chapter: how far each of its experiments is computed at ``profile`` scale (rows of
     ``experiments.section_status``), the compute time still missing and the command that computes it. Results
     whose ``profile`` is complete are shown at that scale; the others at the notebook's own profile, or as the
     computed part of the ``profile`` grid where the figure's provenance line says so."""
-    fmt = duration
+    from .sweep import fmt_seconds
+
     done = [r for r in rows if r["state"] == "current"]
     if len(done) == len(rows):
         return f"Every result on this page is computed at the `{profile}` scale."
@@ -197,11 +193,11 @@ def scale_md(rows: list[dict], profile: str = "paper") -> str:
         if r["state"] == "current":
             return "–"
         big = r.get("too_big", 0)
-        s = (fmt(r["left_s"]) + " here; " if r["left_s"] or not big else "") if big else fmt(r["left_s"])
-        if big:
-            s += (f"{fmt(r.get('too_big_s', float('nan')))} in {big} unit{'s' if big > 1 else ''} that need more "
-                  f"memory than {r.get('memory') or 'this machine'}")
-        return s
+        if not big:
+            return fmt_seconds(r["left_s"])
+        here = f"{fmt_seconds(r['left_s'])} here; " if r["left_s"] else ""
+        return (here + f"{fmt_seconds(r.get('too_big_s', float('nan')))} in {plural(big, 'unit')} that need more "
+                f"memory than {r.get('memory') or 'this machine'}")
 
     for r in rows:
         lines.append(f"| `{r['experiment']}` | {r['stored']} of {r['units']}"

@@ -775,10 +775,8 @@ def dnn_gap_sentence(Dn, store=None) -> str:
         n = sum(c["m"] == m for c in cells)
         if k:
             per_m.append(f"{'all' if k == n else f'{k} of the'} {n} cells at m = {m}")
-    from .. import report
-
     hours = sum(c["minutes"] for c in miss) / 60
-    when = (f"about {report.duration(hours * 3600)} by the cost model, at the rate the computed cells ran (their own "
+    when = (f"about {sweep.fmt_seconds(hours * 3600)} by the cost model, at the rate the computed cells ran (their own "
             "wall times)"
             if np.isfinite(hours) else "a time the cost model cannot yet estimate (no stored cell to calibrate it)")
     text = (f"The cells not computed — {', and '.join(per_m)} — would take {when}; they would show how δ_NN(t) "
