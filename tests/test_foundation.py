@@ -146,3 +146,17 @@ def test_cli_errors_are_clear():
     assert r.returncode != 0 and "unknown experiment" in r.stderr
     r = _cli("params", "nope", "x")
     assert r.returncode != 0 and "unknown profile" in r.stderr
+
+
+def test_provenance_names_the_commit_of_a_copy_without_git(tmp_path, monkeypatch):
+    """A working tree copied without its .git (a borrowed GPU machine) records $GROKSPECTRA_COMMIT as the commit
+    of its results; without it, "unknown"; in the repository itself, git's own short commit."""
+    from grokspectra import store as st
+
+    real = st.git_commit()
+    assert real != "unknown" and real.split("+")[0].isalnum()
+    monkeypatch.setattr(st, "REPO", tmp_path)  # not a git checkout
+    monkeypatch.delenv("GROKSPECTRA_COMMIT", raising=False)
+    assert st.git_commit() == "unknown"
+    monkeypatch.setenv("GROKSPECTRA_COMMIT", "1277730dcc")
+    assert st.git_commit() == "1277730dcc"

@@ -269,12 +269,9 @@ def cmd_bench(a) -> int:
         if key not in sizes or not eq:
             raise SystemExit(f"error: benchmark {a.name!r} takes --size KEY=N with KEY in {sizes or 'none'}; "
                              f"got {item!r}")
-        try:
-            kw[key] = int(val)
-        except ValueError:
-            raise SystemExit(f"error: --size {key}: expected a positive integer, got {val!r}") from None
-        if kw[key] < 1:
+        if not (val.isdigit() and int(val) >= 1):
             raise SystemExit(f"error: --size {key}: expected a positive integer, got {val!r}")
+        kw[key] = int(val)
     try:
         out = benches[a.name](device=a.device or "auto", quick=a.quick, **kw)
     except (ValueError, FileNotFoundError) as err:  # a missing --against, an unknown device: one clear line
