@@ -718,18 +718,29 @@ def test_dmft_bytes_bounds_the_measured_peak(N, T, m):
 
 def test_dnn_memory_model_reaches_the_bisections_largest_path_count():
     """ch3.dnn's model: the paths double from dnn_N while they stay ≤ dnn_Nmax (as transitions.noisy_bisect does),
-    so at the paper profile an m = 4 cell reaches 160 000 paths, whose path responses alone are 38.7 GB to t = 60
-    (χ(t, s) for s ≤ t: 61·62/2 blocks of N·m² float64), beyond a 24 GiB machine."""
+    so an m = 4 cell would reach 160 000 paths, whose path responses alone are 38.7 GB to t = 60 (χ(t, s) for
+    s ≤ t: 61·62/2 blocks of N·m² float64), beyond a 24 GiB machine; with the paper profile's cap of 20 GiB a run
+    its paths stop doubling at 80 000 (18.5 GiB), while m ≤ 2 keep dnn_Nmax (their unit dicts, hence their stored
+    keys, unchanged by the cap)."""
     from grokspectra.experiments import ch3, costs
 
     assert ch3._bisect_max_paths(20000, 160000) == 160000 and ch3._bisect_max_paths(20000, 150000) == 80000
     assert ch3._bisect_max_paths(2000, 2000) == 2000
     e = ex.find("ch3.dnn")
-    us = e.units(e.params(load_profile("paper", ch3.SECTION)))
+    P = load_profile("paper", ch3.SECTION)
+    assert P["dnn_run_gib"] == 20.0 and P["dnn_Nmax"] == 160000
+    us = e.units(e.params(P))
     m4 = [u for u in us if u["m"] == 4]
-    assert m4 and all(e.memory_of(u) == costs.dmft_bytes(160000, 60, 4) for u in m4)
-    assert 8 * 160000 * 16 * 61 * 62 / 2 / 1e9 == pytest.approx(38.7, abs=0.1) and e.memory_of(m4[0]) > 38.7e9
-    assert e.memory_of(m4[0]) > 24 * 2 ** 30
+    assert m4 and all(u["dnn_Nmax"] == 80000 and e.memory_of(u) == costs.dmft_bytes(80000, 60, 4) for u in m4)
+    assert all(u["dnn_Nmax"] == 160000 for u in us if u["m"] <= 2)
+    assert 20 * 2 ** 30 >= e.memory_of(m4[0]) > 18 * 2 ** 30
+    # without the cap (a machine with more memory): 160 000 paths, 38.7 GB
+    big = [u for u in e.units(e.params({**P, "dnn_run_gib": 64.0})) if u["m"] == 4]
+    assert all(u["dnn_Nmax"] == 160000 and e.memory_of(u) == costs.dmft_bytes(160000, 60, 4) for u in big)
+    assert 8 * 160000 * 16 * 61 * 62 / 2 / 1e9 == pytest.approx(38.7, abs=0.1) and e.memory_of(big[0]) > 38.7e9
+    assert e.memory_of(big[0]) > 24 * 2 ** 30
+    # a cap below even dnn_N's run leaves dnn_N, which the sweep's memory check then refuses
+    assert ch3.dnn_nmax({**P, "dnn_run_gib": 0.5}, 4) == P["dnn_N"]
 
 
 def test_cli_reports_units_too_large_and_marks_them_in_the_dry_run(tmp_path):

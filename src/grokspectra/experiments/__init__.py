@@ -115,6 +115,14 @@ class Experiment:
             return None
         return r
 
+    def unit_keys(self, *names: str) -> None:
+        """Add parameters that only shape the unit list: ``U(p)`` reads them to fill the units' dicts, the unit
+        function never sees them (chapter 3's memory cap on a DMFT run, which sets the most paths of the wider
+        cells). Registered below the experiment, like :meth:`peak_memory`, so that adding one leaves the code
+        version of stored units unchanged (the decorator's ``keys`` are part of the unit function's source): what
+        such a parameter changes is the units' dicts, and each unit's key hashes its own dict."""
+        self.keys = self.keys + tuple(n for n in names if n not in self.keys)
+
     def peak_memory(self, fn: Callable[[dict], float]):
         """Decorator: register ``fn(u)``, the estimated peak memory in bytes of computing unit ``u`` (the most it can
         reach, e.g. a bisection's largest path count; models in :mod:`~grokspectra.experiments.costs`). A sweep does

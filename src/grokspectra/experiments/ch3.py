@@ -52,6 +52,8 @@ SCHEMA = Schema(
     Param("dnn_rtol", float, lo=1e-3, hi=0.5, help="relative width of the final δ bracket"),
     Param("dnn_Nmax", int, lo=1000, hi=10**7, help="most DMFT paths per replicate (doubling while undecided)"),
     Param("dnn_reps", int, lo=2, hi=64, help="independent path sets per δ of the bisection"),
+    Param("dnn_run_gib", float, lo=0.5, hi=10**5, help="most memory (GiB) of one DMFT run of the δ_NN grid: a "
+          "width whose run at dnn_Nmax paths needs more doubles its paths only while they fit"),
     Param("dnn_lo", float, lo=0.5, hi=100.0, help="lower end of the δ_NN bracket"),
     Param("dnn_hi", float, lo=0.5, hi=100.0, help="upper end of the δ_NN bracket"),
     Param("eta_quad", float, lo=1e-3, hi=10.0, help="per-neuron step η/m for Quad"),
@@ -291,12 +293,31 @@ the same sign (no root in the bracket); the DMFT or the spectral solver failed a
 DNN_UNIT_KEYS = ("dnn_times", "dnn_N", "dnn_Nmax", "dnn_reps", "dnn_rtol", "dnn_lo", "dnn_hi", "seed")
 
 
+def dnn_nmax(p: dict, m: int) -> int:
+    """The most paths per replicate of a cell of width ``m``: ``dnn_Nmax``, unless one DMFT run at the most paths
+    the bisection would then reach needs more than ``dnn_run_gib`` GiB (:func:`costs.dmft_bytes`); then
+    ``dnn_N`` doubled while the run still fits (at least ``dnn_N``, which the sweep's memory check then refuses if
+    it does not fit). The path responses χ(t, s) grow as N·m²·T²/2: at the paper's sizes (t = 60, 160 000 paths)
+    a run takes 9.4 GiB at m = 2 but 37 GiB at m = 4. Storing the paths in float32 would halve that, but a float32
+    Monte-Carlo estimate of C_F is not positive semi-definite to the precision the Cholesky factor of Q_⊥ needs
+    at small steps (the run stops at t = 6 with an eigenvalue −1e−8 of 5), so the wider cells double less."""
+    T, lim = max(p["dnn_times"]), float(p["dnn_run_gib"]) * 2 ** 30
+    fits = lambda n: costs.dmft_bytes(_even(n), T, m) <= lim
+    if fits(_bisect_max_paths(p["dnn_N"], p["dnn_Nmax"])):
+        return int(p["dnn_Nmax"])
+    n = int(p["dnn_N"])
+    while 2 * n <= p["dnn_Nmax"] and fits(2 * n):
+        n *= 2
+    return n
+
+
 def _dnn_units(p: dict) -> list[dict]:
-    """One unit per cell (act, m, link, scale), each one bisection per t. Order (what a resumed sweep computes
-    next): the cells of the first link and scale with m ≤ 2 — the students chapters 4 and 5 compare with — then
-    the rest, the cheapest (small m) first; m = 4 last (its DMFT needs tens of GB at the paper's path counts)."""
+    """One unit per cell (act, m, link, scale), each one bisection per t, with at most :func:`dnn_nmax` paths.
+    Order (what a resumed sweep computes next): the cells of the first link and scale with m ≤ 2 — the students
+    chapters 4 and 5 compare with — then the rest, the cheapest (small m) first; m = 4 last (its DMFT needs tens of
+    GB at the paper's path counts)."""
     cells = [{"act": a, "m": int(m), "link": lk, "scale": float(s), "eta": p[f"eta_{a}"] * m,
-              **{k: p[k] for k in DNN_UNIT_KEYS}}
+              **{k: p[k] for k in DNN_UNIT_KEYS}, "dnn_Nmax": dnn_nmax(p, int(m))}
              for m in p["dnn_ms"] for a in p["dnn_acts"] for lk in p["dnn_links"] for s in p["dnn_scales"]]
     first = lambda u: u["link"] == p["dnn_links"][0] and u["scale"] == float(p["dnn_scales"][0]) and u["m"] <= 2
     return sorted(cells, key=lambda u: (not first(u), u["m"]))  # stable: the grid order within each group
@@ -348,6 +369,9 @@ def dnn(u, device):
     with dmft.reuse_memory():  # the cell's DMFT runs share one χ array (no fresh page faults per run)
         r, n = _dnn_cell(u["act"], u["m"], u["link"], u["scale"], u["dnn_times"], u, u["eta"], device, u["seed"] + 17)
     return {"cell": r, "dmft_runs": np.asarray(n), "wall_s": np.asarray(sweep.unit_elapsed(t0))}
+
+
+dnn.unit_keys("dnn_run_gib")
 
 
 @dnn.on_diverged
