@@ -298,9 +298,10 @@ def dnn_nmax(p: dict, m: int) -> int:
     the bisection would then reach needs more than ``dnn_run_gib`` GiB (:func:`costs.dmft_bytes`); then
     ``dnn_N`` doubled while the run still fits (at least ``dnn_N``, which the sweep's memory check then refuses if
     it does not fit). The path responses χ(t, s) grow as N·m²·T²/2: at the paper's sizes (t = 60, 160 000 paths)
-    a run takes 9.4 GiB at m = 2 but 37 GiB at m = 4. Storing the paths in float32 would halve that, but a float32
-    Monte-Carlo estimate of C_F is not positive semi-definite to the precision the Cholesky factor of Q_⊥ needs
-    at small steps (the run stops at t = 6 with an eigenvalue −1e−8 of 5), so the wider cells double less."""
+    a run takes 9.4 GiB at m = 2 but 37 GiB at m = 4. Storing the paths in float32 would halve that, but the
+    covariance Q_⊥ of w⁰ … wᵗ, built from float32 Monte-Carlo averages, then loses positive definiteness at the
+    grid's small steps (a run stops within 20 steps, an eigenvalue ≈ −1e−8 against ≈ 5; ``tests/test_dmft.py``),
+    so the wider cells double less."""
     T, lim = max(p["dnn_times"]), float(p["dnn_run_gib"]) * 2 ** 30
     fits = lambda n: costs.dmft_bytes(_even(n), T, m) <= lim
     if fits(_bisect_max_paths(p["dnn_N"], p["dnn_Nmax"])):
@@ -781,6 +782,28 @@ def dnn_coverage_table(Dn, store=None) -> str:
         lines.append(f"| {a},{nb}m{nb}={nb}{m} | " + " | ".join(entry(by[(a, m, lk, sc)]).replace(" GB", f"{nb}GB")
                                                                for lk, sc in cols) + " |")
     return "\n".join(lines)
+
+
+def dnn_cap_sentence(q: dict) -> str:
+    """The widths whose paths stop below ``dnn_Nmax`` (:func:`dnn_nmax`), with the memory one run at ``dnn_Nmax``
+    would need there and the cap it exceeds; "" when no width is capped."""
+    T, parts = max(q["dnn_times"]), []
+    for m in q["dnn_ms"]:
+        n = dnn_nmax(q, int(m))
+        if n < q["dnn_Nmax"]:
+            need = costs.dmft_bytes(_even(_bisect_max_paths(q["dnn_N"], q["dnn_Nmax"])), T, int(m))
+            parts.append((int(m), n, need))
+    if not parts:
+        return ""
+    cells = ", ".join(f"m = {m} up to {n:,}".replace(",", " ") for m, n, _ in parts)
+    return (f"At the wider students the doubling stops earlier ({cells} paths): one DMFT run at "
+            f"{_bisect_max_paths(q['dnn_N'], q['dnn_Nmax']):,} paths".replace(",", " ")
+            + f" would need {sweep.fmt_bytes(max(x for *_, x in parts))} there, mostly the path responses "
+            f"χ(t, s) (N·m² values for each pair s ≤ t), more than the {float(q['dnn_run_gib']):g} GiB a run may "
+            "take (`dnn_run_gib`), so these cells are more often noise-limited. Paths stored in float32 would halve "
+            "the memory, but then the covariance Q_⊥ of w⁰ … wᵗ, built from float32 Monte-Carlo averages, loses "
+            "positive definiteness (an eigenvalue ≈ −10⁻⁸ against a largest of order 1) and the DMFT stops within "
+            "its first twenty steps at the grid's step sizes (`tests/test_dmft.py`).")
 
 
 def dnn_gap_sentence(Dn, store=None) -> str:
