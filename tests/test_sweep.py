@@ -741,6 +741,10 @@ def test_dnn_memory_model_reaches_the_bisections_largest_path_count():
     assert e.memory_of(big[0]) > 24 * 2 ** 30
     # a cap below even dnn_N's run leaves dnn_N, which the sweep's memory check then refuses
     assert ch3.dnn_nmax({**P, "dnn_run_gib": 0.5}, 4) == P["dnn_N"]
+    # the chapter's sentence names the capped width, its paths and the memory of the uncapped run; none when no cap
+    text = ch3.dnn_cap_sentence(e.params(P))
+    assert "m = 4 up to 80 000 paths" in text and "37.0 GiB" in text and "20 GiB" in text and "m = 2" not in text
+    assert ch3.dnn_cap_sentence(e.params({**P, "dnn_run_gib": 64.0})) == ""
 
 
 def test_cli_reports_units_too_large_and_marks_them_in_the_dry_run(tmp_path):

@@ -302,9 +302,8 @@ def dnn_nmax(p: dict, m: int) -> int:
     covariance Q_⊥ of w⁰ … wᵗ, built from float32 Monte-Carlo averages, then loses positive definiteness at the
     grid's small steps (a run stops within 20 steps, an eigenvalue ≈ −1e−8 against ≈ 5; ``tests/test_dmft.py``),
     so the wider cells double less."""
-    T, lim = max(p["dnn_times"]), float(p["dnn_run_gib"]) * 2 ** 30
-    fits = lambda n: costs.dmft_bytes(_even(n), T, m) <= lim
-    if fits(_bisect_max_paths(p["dnn_N"], p["dnn_Nmax"])):
+    fits = lambda nmax: _dnn_memory({**p, "m": m, "dnn_Nmax": nmax}) <= float(p["dnn_run_gib"]) * 2 ** 30
+    if fits(p["dnn_Nmax"]):
         return int(p["dnn_Nmax"])
     n = int(p["dnn_N"])
     while 2 * n <= p["dnn_Nmax"] and fits(2 * n):
@@ -787,23 +786,19 @@ def dnn_coverage_table(Dn, store=None) -> str:
 def dnn_cap_sentence(q: dict) -> str:
     """The widths whose paths stop below ``dnn_Nmax`` (:func:`dnn_nmax`), with the memory one run at ``dnn_Nmax``
     would need there and the cap it exceeds; "" when no width is capped."""
-    T, parts = max(q["dnn_times"]), []
-    for m in q["dnn_ms"]:
-        n = dnn_nmax(q, int(m))
-        if n < q["dnn_Nmax"]:
-            need = costs.dmft_bytes(_even(_bisect_max_paths(q["dnn_N"], q["dnn_Nmax"])), T, int(m))
-            parts.append((int(m), n, need))
-    if not parts:
+    num = lambda n: f"{n:,}".replace(",", " ")
+    capped = [(int(m), dnn_nmax(q, int(m))) for m in q["dnn_ms"] if dnn_nmax(q, int(m)) < q["dnn_Nmax"]]
+    if not capped:
         return ""
-    cells = ", ".join(f"m = {m} up to {n:,}".replace(",", " ") for m, n, _ in parts)
-    return (f"At the wider students the doubling stops earlier ({cells} paths): one DMFT run at "
-            f"{_bisect_max_paths(q['dnn_N'], q['dnn_Nmax']):,} paths".replace(",", " ")
-            + f" would need {sweep.fmt_bytes(max(x for *_, x in parts))} there, mostly the path responses "
-            f"χ(t, s) (N·m² values for each pair s ≤ t), more than the {float(q['dnn_run_gib']):g} GiB a run may "
-            "take (`dnn_run_gib`), so these cells are more often noise-limited. Paths stored in float32 would halve "
-            "the memory, but then the covariance Q_⊥ of w⁰ … wᵗ, built from float32 Monte-Carlo averages, loses "
-            "positive definiteness (an eigenvalue ≈ −10⁻⁸ against a largest of order 1) and the DMFT stops within "
-            "its first twenty steps at the grid's step sizes (`tests/test_dmft.py`).")
+    need = max(_dnn_memory({**q, "m": m}) for m, _ in capped)
+    return (f"At the wider students the doubling stops earlier ({', '.join(f'm = {m} up to {num(n)}' for m, n in capped)} "
+            f"paths): one DMFT run at {num(_bisect_max_paths(q['dnn_N'], q['dnn_Nmax']))} paths would need "
+            f"{need / 2 ** 30:.1f} GiB there, mostly the path responses χ(t, s) (N·m² values for each pair s ≤ t), "
+            f"more than the {float(q['dnn_run_gib']):g} GiB a run may take (`dnn_run_gib`), so these cells are more "
+            "often noise-limited. Paths stored in float32 would halve the memory, but then the covariance Q_⊥ of "
+            "w⁰ … wᵗ, built from float32 Monte-Carlo averages, loses positive definiteness (an eigenvalue ≈ −10⁻⁸ "
+            "against a largest of order 1) and the DMFT stops within its first twenty steps at the grid's step sizes "
+            "(`tests/test_dmft.py`).")
 
 
 def dnn_gap_sentence(Dn, store=None) -> str:
