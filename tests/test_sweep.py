@@ -745,6 +745,12 @@ def test_dnn_memory_model_reaches_the_bisections_largest_path_count():
     text = ch3.dnn_cap_sentence(e.params(P))
     assert "m = 4 up to 80 000 paths" in text and "37.0 GiB" in text and "20 GiB" in text and "m = 2" not in text
     assert ch3.dnn_cap_sentence(e.params({**P, "dnn_run_gib": 64.0})) == ""
+    # the cap is one of the experiment's parameters (Experiment.unit_keys): required, and an override of it is
+    # stored under its own profile name, never under paper
+    V = e.schema.validate(P)
+    assert e.profile_for(V) == "paper" and e.profile_for({**V, "dnn_run_gib": 64.0}) == "paper+dnn_run_gib=64.0"
+    with pytest.raises(ex.ParamError, match="dnn_run_gib"):
+        e.params({k: v for k, v in V.items() if k != "dnn_run_gib"})
 
 
 def test_cli_reports_units_too_large_and_marks_them_in_the_dry_run(tmp_path):

@@ -314,8 +314,8 @@ def dnn_nmax(p: dict, m: int) -> int:
 def _dnn_units(p: dict) -> list[dict]:
     """One unit per cell (act, m, link, scale), each one bisection per t, with at most :func:`dnn_nmax` paths.
     Order (what a resumed sweep computes next): the cells of the first link and scale with m ≤ 2 — the students
-    chapters 4 and 5 compare with — then the rest, the cheapest (small m) first; m = 4 last (its DMFT needs tens of
-    GB at the paper's path counts)."""
+    chapters 4 and 5 compare with — then the rest, the cheapest (small m) first; m = 4 last (its cells take an hour
+    or more each on two CPU cores, and most of the memory :func:`dnn_nmax` allows)."""
     cells = [{"act": a, "m": int(m), "link": lk, "scale": float(s), "eta": p[f"eta_{a}"] * m,
               **{k: p[k] for k in DNN_UNIT_KEYS}, "dnn_Nmax": dnn_nmax(p, int(m))}
              for m in p["dnn_ms"] for a in p["dnn_acts"] for lk in p["dnn_links"] for s in p["dnn_scales"]]
