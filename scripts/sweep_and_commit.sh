@@ -27,7 +27,10 @@ commit_units() {
 
 "$PY" -m grokspectra run "$TARGET" --profile paper > "$LOG" 2>&1 &
 pid=$!
-trap 'kill -INT $pid 2>/dev/null' INT TERM
+# Stopping it (Ctrl-C, or `kill <this script's pid>`) stops the sweep with SIGTERM, not SIGINT: a sweep started in
+# the background (`nohup … &`) ignores SIGINT, as background jobs do. The store's atomic writes and the units'
+# checkpoints make TERM safe (at most the DMFT point in progress is lost); the units so far are then committed.
+trap 'kill -TERM $pid 2>/dev/null' INT TERM
 echo "sweep of $TARGET: pid $pid, log $LOG, committing every $EVERY s"
 while kill -0 "$pid" 2>/dev/null; do
   for _ in $(seq "$EVERY"); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
