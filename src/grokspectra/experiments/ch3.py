@@ -787,7 +787,7 @@ def dnn_cap_sentence(q: dict) -> str:
     """The widths whose paths stop below ``dnn_Nmax`` (:func:`dnn_nmax`), with the memory one run at ``dnn_Nmax``
     would need there and the cap it exceeds; "" when no width is capped."""
     num = lambda n: f"{n:,}".replace(",", " ")
-    capped = [(int(m), dnn_nmax(q, int(m))) for m in q["dnn_ms"] if dnn_nmax(q, int(m)) < q["dnn_Nmax"]]
+    capped = [(m, n) for m, n in ((int(m), dnn_nmax(q, int(m))) for m in q["dnn_ms"]) if n < q["dnn_Nmax"]]
     if not capped:
         return ""
     need = max(_dnn_memory({**q, "m": m}) for m, _ in capped)
