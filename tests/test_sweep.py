@@ -820,6 +820,24 @@ def test_the_rate_weighs_stored_units_by_their_cost(tmp_path):
     assert rate == pytest.approx(want) and "2 stored unit" in how and rate > 2
 
 
+def test_each_unit_is_estimated_at_the_rate_of_stored_units_of_like_cost(tmp_path):
+    """A cost model off by a factor that depends on the kind of unit (chapter 3's m = 4 cells ran at 2.3 times the
+    rate of its narrower ones on one host): a missing unit is estimated at the rate of the stored units within a
+    factor 2 of its cost, and at the rate of all of them where none is that close."""
+    e = ex.find("ch4.sweep")
+    small, mid, large = sorted(e.units(e.params(e.schema.validate(load_profile("ci", e.section)))), key=e.cost_of)
+    c = {k: e.cost_of(u) for k, u in (("small", small), ("mid", mid), ("large", large))}
+    assert c["mid"] > 2 * c["small"] and c["large"] > 2 * c["mid"]  # no two are alike
+    store = st.Store(tmp_path)
+    store.save(e.name, small, e.code(), "ci", {"x": np.zeros(1)}, wall_s=1.0 * c["small"])
+    store.save(e.name, large, e.code(), "ci", {"x": np.zeros(1)}, wall_s=3.0 * c["large"])
+    rate, _ = sweep.estimate_rate(e, store, time_probe=False)
+    (s_small, s_large, s_mid), how = sweep.estimate_seconds(e, store, [small, large, mid], time_probe=False)
+    assert s_small == pytest.approx(1.0 * c["small"]) and s_large == pytest.approx(3.0 * c["large"])
+    assert s_mid == pytest.approx(rate * c["mid"]) and 1.0 < rate < 3.0
+    assert "2 of 3 at the rate of the stored units of like cost" in how
+
+
 def test_prune_removes_only_what_can_never_be_current(tmp_path):
     """``prune``: an entry made by other code and a checkpoint of no current unit are listed by --dry-run (nothing
     removed) and removed without it; the current entries, a current unit's checkpoint and every other file stay,

@@ -164,8 +164,9 @@ def _dry_run(plans, store: Store, a) -> int:
         profile = e.profile_for(P)
         units = e.units(e.params(P))
         have = [e.load_unit(store, u, profile) is not None for u in units]
-        rate, how = sweep.estimate_rate(e, store, device=P.get("device", "auto"), time_probe=not a.no_probe)
-        left = sum(e.cost_of(u) * rate for u, h in zip(units, have) if not h)
+        secs, how = sweep.estimate_seconds(e, store, units, device=P.get("device", "auto"),
+                                           time_probe=not a.no_probe)
+        left = sum(x for x, h in zip(secs, have) if not h)
         total_left += left if left == left else 0.0
         unknown += left != left
         print(f"{e.name} [{profile}]: {sum(have)}/{len(units)} units stored; estimated time left "
@@ -179,7 +180,7 @@ def _dry_run(plans, store: Store, a) -> int:
         if any(mem):
             print(f"  (peak memory estimated per unit; '!': more than {where}, so it would not be started)")
         for i, (u, h) in enumerate(zip(units, have)):
-            est = "stored" if h else sweep.fmt_seconds(e.cost_of(u) * rate)
+            est = "stored" if h else sweep.fmt_seconds(secs[i])
             print(f"  {i:4d}  {est:>8s}  {mem[i]:>7s}  {sweep.describe(u)}")
     print(f"estimated time left in all: {sweep.fmt_seconds(total_left)} on this machine's device(s)"
           + (f", plus {unknown} experiment(s) with no estimate" if unknown else ""))

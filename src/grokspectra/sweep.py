@@ -398,13 +398,7 @@ def estimate_rate(exp, store: Store, device: str = "auto", time_probe: bool = Tr
         rates = [float(m["wall_s"]) for m in store.metas(exp.name) if m.get("code") == exp.code()
                  and m.get("profile") == "paper"]
         return (float(rates[0]), "stored") if rates else (float("nan"), "no cost model for this experiment")
-    walls, costs = [], []
-    for m in store.metas(exp.name):
-        cost = _stored_cost(exp, m)
-        if m.get("code") == exp.code() and cost > 0 and m.get("wall_s") == m.get("wall_s") \
-                and "diverged" not in m:  # a diverged unit's outcome took no compute worth timing
-            walls.append(float(m["wall_s"]))
-            costs.append(cost)
+    walls, costs = _stored_timings(exp, store)
     if walls:
         return float(sum(walls) / sum(costs)), f"from {len(walls)} stored unit(s)"
     if not time_probe:
@@ -414,6 +408,47 @@ def estimate_rate(exp, store: Store, device: str = "auto", time_probe: bool = Tr
         return float("nan"), "no probe unit"
     arrays, wall, _ = _compute(exp.name, exp.code(), probe, device, None)
     return wall / max(exp.cost_of(probe), 1e-12), f"timed a probe unit ({wall:.1f} s)"
+
+
+# A stored unit is "like" a unit to estimate when their costs lie within this factor of each other.
+LIKE = 2.0
+
+
+def estimate_seconds(exp, store: Store, units: Sequence[Mapping], device: str = "auto",
+                     time_probe: bool = True) -> tuple[list[float], str]:
+    """Estimated seconds of each of ``units``: its cost times the rate (total seconds over total cost) of the stored
+    units *like it*, those whose cost lies within a factor :data:`LIKE` of its own, or, where none is, times
+    :func:`estimate_rate` over all of them. A cost model can be off by a factor that depends on the kind of unit and
+    on the host (chapter 3's widest DMFT cells run their BLAS products at half the bandwidth of the narrower ones on
+    some CPUs, so the rate of all its cells put them at 28 min where the two computed ones took 73 and 23); units
+    of like cost are the nearest measurement of that factor. Returns ``(seconds, how)``."""
+    rate, how = estimate_rate(exp, store, device=device, time_probe=time_probe)
+    walls, costs = _stored_timings(exp, store)
+    out, near = [], 0
+    for u in units:
+        c = exp.cost_of(u)
+        like = [(w, k) for w, k in zip(walls, costs) if exp._cost is not None and k / LIKE <= c <= k * LIKE]
+        if like:
+            near += 1
+            out.append(c * sum(w for w, _ in like) / sum(k for _, k in like))
+        else:
+            out.append(c * rate)
+    if near:
+        how += f"; {near} of {len(out)} at the rate of the stored units of like cost (within {LIKE:g}×)"
+    return out, how
+
+
+def _stored_timings(exp, store: Store) -> tuple[list[float], list[float]]:
+    """The wall seconds and costs (under today's model) of the stored units of ``exp`` made by the current code,
+    any profile; a diverged unit's outcome, which took no compute worth timing, is left out."""
+    walls, costs = [], []
+    for m in store.metas(exp.name):
+        cost = _stored_cost(exp, m)
+        if m.get("code") == exp.code() and cost > 0 and m.get("wall_s") == m.get("wall_s") \
+                and "diverged" not in m:
+            walls.append(float(m["wall_s"]))
+            costs.append(cost)
+    return walls, costs
 
 
 def _stored_cost(exp, meta: Mapping) -> float:

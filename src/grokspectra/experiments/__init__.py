@@ -285,7 +285,8 @@ class Experiment:
 def profile_status(e: Experiment, profile: str = "paper", store: Store | None = None) -> dict:
     """How far ``profile`` is computed for experiment ``e``: units stored for the current code and their total,
     ``state`` (current, partial, stale or missing), ``left_s``, the estimated compute time of the missing units
-    that fit this machine, from the stored units' own timings (nan when none is stored), and ``too_big``, how many
+    that fit this machine, from the stored units' own timings (:func:`sweep.estimate_seconds`: each at the rate of
+    the stored units of like cost; nan when none is stored), and ``too_big``, how many
     missing units need more memory (their experiment's ``peak_memory`` model) than ``memory`` describes (this
     machine's device), with their estimated compute time ``too_big_s``."""
     from .. import sweep
@@ -301,15 +302,15 @@ def profile_status(e: Experiment, profile: str = "paper", store: Store | None = 
     left, left_big, too_big, where = 0.0, 0.0, 0, ""
     missing = [u for u, h in zip(units, have) if not h]
     if missing:
-        rate, _ = sweep.estimate_rate(e, store, time_probe=False)
+        secs, _ = sweep.estimate_seconds(e, store, missing, time_probe=False)
         needs = [e.memory_of(u) for u in missing]
         limit = float("inf")
         if any(x is not None for x in needs):
             limit, where = sweep.InProcess().memory_limit(P.get("device", "auto"))
         big = [x is not None and x > limit for x in needs]
         too_big = sum(big)
-        left = rate * sum(e.cost_of(u) for u, b in zip(missing, big) if not b)
-        left_big = rate * sum(e.cost_of(u) for u, b in zip(missing, big) if b) if any(big) else 0.0
+        left = sum(x for x, b in zip(secs, big) if not b)
+        left_big = sum(x for x, b in zip(secs, big) if b) if any(big) else 0.0
     return {"experiment": e.name, "stored": n, "units": len(units), "state": state, "left_s": float(left),
             "too_big": int(too_big), "too_big_s": float(left_big), "memory": where}
 

@@ -706,8 +706,8 @@ def settle_check(S, lag: int, tol: float) -> list[dict]:
 
 def dnn_cells(Dn, store=None) -> list[dict]:
     """Every cell of ``Dn``'s grid (a unit of ``dnn``) in grid order, with ``state``: "computed", "breakdown" (stored
-    as a DMFT breakdown), "to do" (not computed; ``minutes``: estimated by the cost model calibrated on the stored
-    cells' timings) or "too large" (not computed, and its memory model, ``need`` bytes, exceeds this machine's
+    as a DMFT breakdown), "to do" (not computed; ``minutes``: estimated by the cost model calibrated on the timings
+    of the stored cells of like cost, :func:`sweep.estimate_seconds`) or "too large" (not computed, and its memory model, ``need`` bytes, exceeds this machine's
     device); ``minutes`` of a computed cell is its compute time."""
     from ..store import Store
 
@@ -718,21 +718,22 @@ def dnn_cells(Dn, store=None) -> list[dict]:
         return (q["dnn_acts"].index(u["act"]), q["dnn_ms"].index(u["m"]), q["dnn_links"].index(u["link"]),
                 scales.index(u["scale"]))
 
-    rate = limit = None
+    units = sorted(dnn.units(q), key=index)  # one unit per cell, in grid order
+    missing = [u for u in units if not np.isfinite(Dn["status"][index(u)]).any()]
+    secs = dict(zip(map(index, missing), sweep.estimate_seconds(dnn, store or Store(), missing, time_probe=False)[0]
+                    if missing else []))
+    limit = sweep.InProcess().memory_limit("auto")[0] if missing else None
     out = []
-    for u in sorted(dnn.units(q), key=index):  # one unit per cell, in grid order
+    for u in units:
         i = index(u)
         c = {"act": u["act"], "m": u["m"], "link": u["link"], "scale": u["scale"], "need": None}
-        if np.isfinite(Dn["status"][i]).any():
+        if i not in secs:
             bd = bool(np.all(Dn["status"][i] == BISECT_STATUS.index("DMFT breakdown")))
             c.update(state="breakdown" if bd else "computed", minutes=float(Dn["wall_s"][i]) / 60)
         else:
-            if rate is None:
-                rate, _ = sweep.estimate_rate(dnn, store or Store(), time_probe=False)
-                limit, _ = sweep.InProcess().memory_limit("auto")
             need = dnn.memory_of(u)
             c.update(state="too large" if need is not None and need > limit else "to do",
-                     minutes=rate * dnn.cost_of(u) / 60, need=need)
+                     minutes=secs[i] / 60, need=need)
         out.append(c)
     return out
 
@@ -803,7 +804,7 @@ def dnn_cap_sentence(q: dict) -> str:
 
 def dnn_gap_sentence(Dn, store=None) -> str:
     """What the cells not computed are (per width: how many of its cells), what they would add, their compute time
-    by the cost model (one CPU thread, calibrated on the stored cells' own timings), their peak memory by the memory
+    by the cost model (calibrated on the stored cells' own timings, those of like cost first), their peak memory by the memory
     model, and, when some need more than this machine's device has, that a sweep here does not start them and where
     they run. "" when every cell is computed."""
     cells = dnn_cells(Dn, store)
@@ -819,7 +820,7 @@ def dnn_gap_sentence(Dn, store=None) -> str:
             per_m.append(f"{'all' if k == n else f'{k} of the'} {n} cells at m = {m}")
     hours = sum(c["minutes"] for c in miss) / 60
     when = (f"about {sweep.fmt_seconds(hours * 3600)} by the cost model, at the rate the computed cells ran (their own "
-            "wall times)"
+            "wall times; each missing cell at the rate of the computed cells of like cost, where there are some)"
             if np.isfinite(hours) else "a time the cost model cannot yet estimate (no stored cell to calibrate it)")
     text = (f"The cells not computed — {', and '.join(per_m)} — would take {when}; they would show how δ_NN(t) "
             "moves with the width, the link and the initialisation scale beyond the cells computed. They compute, "
