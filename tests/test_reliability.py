@@ -322,6 +322,26 @@ def test_exit_status_end_to_end():
     assert r.returncode == 2 and r.stdout == "" and "GROKSPECTRA_THREADS" in _one_error_line(r.stderr)
 
 
+def test_cpu_provenance_names_the_model(monkeypatch):
+    """A CPU result's device names the processor model (its vector instructions pick the BLAS kernels, hence speed
+    and roundoff), read from the kernel's cpuinfo; without one, the platform's name stands in."""
+    import io
+
+    info = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD  EPYC 9B14\nflags\t: fpu\n"
+    monkeypatch.setattr(dv, "open", lambda *a, **k: io.StringIO(info), raising=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert dv.device_name(torch.device("cpu")) == f"cpu (AMD EPYC 9B14, {os.cpu_count()} cores, 1 torch thread)"
+
+    def no_file(*a, **k):
+        raise FileNotFoundError("/proc/cpuinfo")
+
+    monkeypatch.setattr(dv, "open", no_file, raising=False)
+    import platform
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    monkeypatch.setattr(platform, "machine", lambda: "arm64")
+    assert dv.cpu_model() == "arm64"
+
+
 # --- 7. threads from the cores actually free -------------------------------------------------------------------
 def test_threads_follow_the_free_cores(monkeypatch):
     n0 = torch.get_num_threads()

@@ -66,10 +66,29 @@ def get_dtype(name: str | torch.dtype = "float32") -> torch.dtype:
 
 
 def device_name(device: torch.device) -> str:
-    """A human-readable device description for provenance records."""
+    """A human-readable device description for provenance records: a GPU's name, or the CPU's model with its cores
+    and torch threads (the model, because its vector instructions decide which BLAS kernels run, and with them both
+    the speed and the roundoff of a result)."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"cpu ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+    n = torch.get_num_threads()
+    return f"cpu ({cpu_model()}, {os.cpu_count()} cores, {n} torch thread{'' if n == 1 else 's'})"
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it (``/proc/cpuinfo``), else the platform's processor or machine
+    name, else ``"unknown model"``."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "Processor") and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown model"
 
 
 def device_memory(device: torch.device) -> tuple[float, str]:
