@@ -164,9 +164,11 @@ def _dry_run(plans, store: Store, a) -> int:
         profile = e.profile_for(P)
         units = e.units(e.params(P))
         have = [e.load_unit(store, u, profile) is not None for u in units]
-        secs, how = sweep.estimate_seconds(e, store, units, device=P.get("device", "auto"),
-                                           time_probe=not a.no_probe)
-        left = sum(x for x, h in zip(secs, have) if not h)
+        missing = [i for i, h in enumerate(have) if not h]
+        est, how = sweep.estimate_seconds(e, store, [units[i] for i in missing], device=P.get("device", "auto"),
+                                          time_probe=not a.no_probe) if missing else ([], "nothing left")
+        secs = dict(zip(missing, est))
+        left = sum(est)
         total_left += left if left == left else 0.0
         unknown += left != left
         print(f"{e.name} [{profile}]: {sum(have)}/{len(units)} units stored; estimated time left "
