@@ -70,6 +70,18 @@ def test_schema_matches_parameters_cell_and_profiles(nb):
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_papermill_sees_every_parameter(nb):
+    """papermill's own inspection of the parameters cell (the one behind `papermill --help-notebook` and its
+    "Passed unknown parameter" warning) skips a line with more than one '=' (e.g. a comment "y = z²"), so every
+    parameter must be visible to it, with its comment as help."""
+    from papermill.translators import PythonTranslator
+    seen = {p.name: p for p in PythonTranslator.inspect(_param_cell(nb))}
+    values = _param_values(_param_cell(nb))
+    assert set(seen) == set(values), f"papermill cannot parse {sorted(set(values) - set(seen))}"
+    assert all(p.help for p in seen.values()), "every parameter needs a comment (papermill shows it as help)"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
 def test_unknown_parameter_is_rejected(nb):
     mod = _chapter(nb)
     with pytest.raises(ParamError, match="no_such_param"):
