@@ -131,3 +131,13 @@ def test_compact_claims_table():
     r = report.at_scale(report.Claim("a|b", "src", "1", "2", None), "CI", comparable=False, needs="15 seeds")
     t = report.table_md_compact([r]).splitlines()
     assert t[1] == "|---|---|---|---|" and "a\\|b (src)" in t[2] and "not comparable at CI" in t[2]
+
+
+def test_claims_block_is_a_myst_table_of_class_claims():
+    """The stylesheet widens `table.claims` on phones; the block must carry the class and the table unchanged."""
+    from grokspectra import report
+
+    t = report.table_md_compact([report.Claim("c", "src", "1", "1", True)])
+    lines = report.claims_block(t).splitlines()
+    assert lines[:3] == ["```{table}", ":class: claims", ""] and lines[-1] == "```"
+    assert "\n".join(lines[3:-1]) == t

@@ -94,6 +94,12 @@ def table_md(rows: list[Claim]) -> str:
     return "\n".join(out)
 
 
+def claims_block(table: str) -> str:
+    """A claims table (:func:`table_md`, :func:`table_md_compact`) as a MyST ``table`` block of class ``claims``, so
+    that the book's stylesheet can give it a readable width on phones (it then scrolls sideways in its box)."""
+    return "```{table}\n:class: claims\n\n" + table + "\n```"
+
+
 def save_summary(notebook: str, title: str, rows: list[Claim], provenance: str = "") -> Path:
     """Write a chapter's claims to ``<summary_dir()>/<notebook>.json`` atomically (``build/summary``, read by the
     intro page; a ``make run`` rerun writes next to its own notebook instead, see :func:`summary_dir`)."""
