@@ -676,6 +676,33 @@ def test_limit_roots_and_fits_recover_a_known_limit():
     assert 0.6 <= np.mean(ratios) <= 1.6, ratios
 
 
+def test_limit_roots_leaves_out_an_edge_misfire_and_says_so():
+    """One bulk edge of an 8-path-set grid replaced by +3.75 (the paper grid's misfire; the others near −0.2): it is
+    the only one flagged, the table's edge at that t stays within 3 s.e. of the clean grid's (the misfire kept moves it
+    by about 4/8 of the interpolation weight), the roots do not move, the sentence names the cell, and neither a
+    clean grid nor one of three path sets (no robust spread to judge by) flags anything."""
+    from grokspectra.experiments import ch3
+    law = lambda t: 10 - 8 * t ** -0.5  # noqa: E731
+    L, _ = _synthetic_limit(law, np.random.default_rng(11))
+    clean = ch3.limit_roots(L)
+    assert clean["misfires"] == [] and ch3.limit_misfire_sentence(clean) == ""
+    k = int(np.flatnonzero(L["times"] == 80)[0])
+    i = int(np.argmin(np.abs(L["deltas"] - clean["root"][k])))  # the grid δ nearest the root at t = 80
+    bad = {**L, "edge": L["edge"].copy()}
+    bad["edge"][i, 6, k] = 3.75
+    rt = ch3.limit_roots(bad)
+    assert [(m[0], m[1], m[2], m[3]) for m in rt["misfires"]] == [(float(L["deltas"][i]), 6, 80, 3.75)]
+    assert np.array_equal(rt["root"], clean["root"]) and np.array_equal(rt["root_se"], clean["root_se"])
+    assert abs(rt["edge"][k] - clean["edge"][k]) <= 3 * clean["edge_se"][k]
+    assert rt["edge_with_misfires"][k] - clean["edge"][k] > 0.2 and rt["edge_with_misfires_se"][k] > 10 * rt["edge_se"][k]
+    others = np.delete(np.arange(L["times"].size), k)
+    assert np.allclose(rt["edge"][others], clean["edge"][others])
+    s = ch3.limit_misfire_sentence(rt)
+    assert f"δ = {L['deltas'][i]:g}, path set 7 of 8, t = 80: +3.750" in s and "1 of the " in s
+    three = {**bad, "crit": bad["crit"][:, :3], "edge": bad["edge"][:, [0, 1, 6]]}
+    assert ch3.limit_roots(three)["misfires"] == []
+
+
 def test_limit_fits_on_logarithmic_growth():
     """δ*(t) = 2 + 1.5 log t, no finite limit: the log law recovers b₁ = 1.5 within 3 s.e. with χ² of the order of
     its dof, and the power law's best limit lies far above every δ*(t) on the grid or its exponent is not resolved
