@@ -141,3 +141,28 @@ def test_claims_block_is_a_myst_table_of_class_claims():
     lines = report.claims_block(t).splitlines()
     assert lines[:3] == ["```{table}", ":class: claims", ""] and lines[-1] == "```"
     assert "\n".join(lines[3:-1]) == t
+
+
+def test_fmt_pm_rounds_the_value_at_the_second_digit_of_its_error():
+    from grokspectra.report import fmt_pm
+    assert fmt_pm(0.570, 0.0045) == "0.5700 ± 0.0045"
+    assert fmt_pm(1.2113, 0.0128) == "1.211 ± 0.013"
+    assert fmt_pm(-0.5103, 0.057) == "-0.510 ± 0.057"
+    assert fmt_pm(1234.5, 12.3) == "1234 ± 12"
+    assert fmt_pm(0.5, 0.0996) == "0.50 ± 0.10"  # the error rounds up to a new digit
+    assert fmt_pm(3.7, float("nan")) == "3.7 ± –"  # no error: the value as fmt gives it
+    assert fmt_pm(1e-5, 1e-6) == "1.00e-05 ± 1.0e-06"
+
+
+def test_caveat_law_keeps_only_the_distinct_half_of_the_antithetic_paths():
+    """Phase retrieval from random init: path n + N/2 of the DMFT carries the same weight D as path n (its mirror),
+    so a law of N antithetic paths has N/2 distinct samples; ch2.caveat's law sizes count distinct samples."""
+    import torch
+    from grokspectra import dmft, multiindex as mi
+    from grokspectra.experiments import ch2
+    r = dmft.run_dmft("gelu", "pr", 6.0, 2.0, 5, 400, 2, keep=[5], generator=0)
+    law = r["law"][5]
+    G = mi.per_sample_D(law["u"], law["y"], "gelu")
+    assert torch.equal(G[:200], G[200:])  # the mirrors duplicate the weights exactly
+    Gd = ch2.distinct_half(G)
+    assert Gd.shape[0] == 200 and torch.unique(Gd.reshape(200, -1), dim=0).shape[0] == 200

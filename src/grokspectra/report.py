@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -181,6 +182,19 @@ def fmt(x: float, digits: int = 3) -> str:
     if ax != 0 and (ax < 1e-3 or ax >= 1e5):
         return f"{x:.{max(digits - 1, 1)}e}"
     return f"{x:.{digits}g}"
+
+
+def fmt_pm(x: float, se: float) -> str:
+    """``x ± se`` for a table, both rounded at the second significant digit of ``se`` (0.570 ± 0.0045 reads
+    ``0.5700 ± 0.0045``; 1.211 ± 0.0128 reads ``1.211 ± 0.013``); :func:`fmt` for each where ``se`` is not a positive
+    finite number or the magnitudes call for scientific notation."""
+    if x is None or se is None or not (se > 0 and math.isfinite(se) and math.isfinite(x)) \
+            or se < 1e-4 or max(abs(x), se) >= 1e5:
+        return f"{fmt(x)} ± {fmt(se, 2)}"
+    d = max(0, 1 - math.floor(math.log10(se)))
+    if round(se, d) >= 10.0 ** (2 - d):  # 0.0996 rounds to 0.10: one digit fewer
+        d = max(0, d - 1)
+    return f"{x:.{d}f} ± {se:.{d}f}"
 
 
 def scale_md(rows: list[dict], profile: str = "paper") -> str:

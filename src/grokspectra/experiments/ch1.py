@@ -427,7 +427,7 @@ def claims(traj, eh) -> list:
     """The closing table. The paper publishes no number for this set-up, so every row compares two computations of
     this book (the DMFT against gradient descent, or a scaling law against its prediction); tolerances as stated
     in the chapter: three combined standard errors for DMFT against GD, two standard errors for slopes."""
-    from ..report import Claim, at_scale, fmt
+    from ..report import Claim, at_scale, fmt, fmt_pm
 
     ts = traj_summary(traj)
     es = easy_hard_summary(eh)
@@ -439,7 +439,7 @@ def claims(traj, eh) -> list:
     scale = ({"ci": "CI", "paper": "paper"}.get(traj.meta.get("profile"), str(traj.meta.get("profile")))
              + f": $d$ ≤ {ts['dmax']}")
     src = "this book: DMFT vs GD"
-    pm = lambda j: f"{fmt(gm[j])} ± {fmt(gs[j], 2)}"  # noqa: E731
+    pm = lambda j: fmt_pm(gm[j], gs[j])  # noqa: E731
     rows = [
         Claim("overlap $M_6$ (neuron 1, 2)", src, f"DMFT ({fmt(dmu[0])}, {fmt(dmu[1])})",
               f"GD ({pm(0)}, {pm(1)})", bool(max(z[0], z[1]) <= 3), f"{max(z[0], z[1]):.1f} SE apart"),
@@ -451,16 +451,16 @@ def claims(traj, eh) -> list:
               f"≥ {fmt(z_nm[[2, 3, 4]].min(), 2)} SE off", bool(z_nm[[2, 3, 4]].min() > 5),
               "$Q_{11}$, $Q_{22}$, train; > 5 SE"),
         Claim("GD–DMFT distance $\\propto d^{-1/2}$", "DMFT as the $d \\to \\infty$ limit", "slope −0.5",
-              f"{fmt(ts['slope'], 2)} ± {fmt(ts['slope_se'], 2)}", bool(abs(ts["slope"] + 0.5) <= 2 * ts["slope_se"]),
+              fmt_pm(ts['slope'], ts['slope_se']), bool(abs(ts["slope"] + 0.5) <= 2 * ts["slope_se"]),
               "2 SE"),
         Claim("phase retrieval: DMFT $M_t \\equiv 0$ (antithetic)", "symmetry $z \\to -z$", "0 exactly",
               f"{fmt(es['anti'])}; plain paths {fmt(es['plain'])}", bool(es["anti"] == 0.0), ""),
         Claim("phase retrieval: GD overlap $O(d^{-1/2})$", "symmetry $z \\to -z$", "slope −0.5",
-              f"{fmt(es['pr_slope'][0], 2)} ± {fmt(es['pr_slope'][1], 2)}",
+              fmt_pm(*es['pr_slope'][:2]),
               bool(abs(es["pr_slope"][0] + 0.5) <= 2 * es["pr_slope"][1]), f"$t$ = {es['T']}; 2 SE"),
         Claim("staircase: easy learned, hard $O(d^{-1/2})$", "{cite}`montanari2026phase`, abstract",
               "easy $\\Omega(1)$; hard slope −0.5",
-              f"easy {fmt(es['easy'])}; hard {fmt(es['st_slope'][0], 2)} ± {fmt(es['st_slope'][1], 2)}",
+              f"easy {fmt(es['easy'])}; hard {fmt_pm(*es['st_slope'][:2])}",
               bool(es["easy"] > 0.5 and abs(es["st_slope"][0] + 0.5) <= 2 * es["st_slope"][1]),
               f"$t$ = {es['T']}; 2 SE"),
     ]

@@ -47,6 +47,13 @@ def _even(n: int) -> int:
     return max(2, n - n % 2)
 
 
+def distinct_half(G: torch.Tensor) -> torch.Tensor:
+    """The distinct samples of an antithetic DMFT law of phase retrieval from random initialisation: path n + N/2
+    mirrors path n (hard coordinate of z flipped, same ξ), and with the hard row of M at 0 (chapter 1) both have the
+    same u and y, hence the same weight D. A law of N antithetic paths holds N/2 distinct samples: its first half."""
+    return G[: G.shape[0] // 2]
+
+
 def _localisation(V: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """max_i ‖Vᵀx_i‖²/‖x_i‖² for eigenvectors V [k, d, m] (unit norm): ≈ 1 for a mode localised on one sample,
     O(m·log n/d) for a delocalised bulk vector."""
@@ -168,7 +175,7 @@ def _caveat_cost(p: dict) -> float:
     d, m, T = p["d"], p["m"], p["caveat_t"]
     n = round(p["caveat_delta"] * d)
     laws = sum(costs.law_s(N, m) for N in p["N_caveat"]) + 4 * costs.law_s(n, m)
-    return 2 * (costs.gd_s(n, d, m, T) + costs.eigh_s(n, d, m)) + costs.dmft_s(max(p["N_caveat"]), T, m) + laws
+    return 2 * (costs.gd_s(n, d, m, T) + costs.eigh_s(n, d, m)) + costs.dmft_s(2 * max(p["N_caveat"]), T, m) + laws
 
 
 def _caveat_shrink(p: dict) -> dict:
@@ -181,14 +188,15 @@ def _caveat_shrink(p: dict) -> dict:
 def caveat(p, device):
     """y = z² at δ = ``caveat_delta`` and step ``caveat_t``: GD spectrum, localisation of its lowest modes, GD's
     train and test risk (the comparison is meant for a run still in phase 1), and the left edge of the law of
-    D(u; y) as the law's sample size grows (DMFT law and the empirical D_i, sub-sampled)."""
+    D(u; y) as the law's sample size grows (DMFT law and the empirical D_i, sub-sampled). The DMFT law is drawn with
+    twice the largest size in antithetic paths, of which :func:`distinct_half` keeps the distinct half."""
     dl, t = p["caveat_delta"], p["caveat_t"]
     gd = _gd_hessians(p, device, "pr", [dl], [t], p["seed"] + 7)
     Nmax = _even(max(p["N_caveat"]))
-    r = dmft.run_dmft(p["act"], "pr", dl, p["eta"], t, Nmax, p["m"], keep=[t], device=device,
+    r = dmft.run_dmft(p["act"], "pr", dl, p["eta"], t, 2 * Nmax, p["m"], keep=[t], device=device,
                       generator=p["seed"] + 300)
     law = r["law"][t]
-    Gd = mi.per_sample_D(law["u"], law["y"], p["act"]).double().cpu()
+    Gd = distinct_half(mi.per_sample_D(law["u"], law["y"], p["act"]).double().cpu())  # Nmax distinct samples
     perm = torch.randperm(Nmax, generator=torch.Generator().manual_seed(p["seed"]))
     Gd = Gd[perm]
     De = gd["D"][0][0].double().cpu()
@@ -213,8 +221,8 @@ def caveat(p, device):
 
 @caveat.peak_memory
 def _caveat_memory(p: dict) -> float:
-    """One DMFT run of the largest ``N_caveat`` paths to ``caveat_t``."""
-    return costs.dmft_bytes(_even(max(p["N_caveat"])), p["caveat_t"], p["m"])
+    """One DMFT run of twice the largest ``N_caveat`` paths (antithetic pairs: half are distinct) to ``caveat_t``."""
+    return costs.dmft_bytes(2 * _even(max(p["N_caveat"])), p["caveat_t"], p["m"])
 
 
 # --- the chapter's analysis: figures, the edge table and the claims table (used by the notebook; tested) ----------
@@ -372,7 +380,7 @@ def fig_caveat(C):
     axs[0].set_yscale("log")
     axs[0].set_xlabel("eigenvalue")
     axs[0].legend()
-    axs[1].plot(C["N"], C["edges_dmft"], "o-", color=plotting.COLORS["theory"], label="DMFT law, $N$ paths")
+    axs[1].plot(C["N"], C["edges_dmft"], "o-", color=plotting.COLORS["theory"], label="DMFT law, $N$ distinct paths")
     axs[1].plot(C["n_sub"], C["edges_emp"], "s-", color=plotting.COLORS["accent"], label="empirical, first $N$")
     axs[1].axhline(float(C["edge_bounded"]), color=plotting.COLORS["control"], ls=":", label="$y = \\tanh z^2$")
     axs[1].set_xscale("log")

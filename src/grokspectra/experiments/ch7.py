@@ -1181,7 +1181,7 @@ def claims(H, Rl, Es, L, Gd, Pr=None) -> list:
     decided with statistical tolerances (see the notebook's text); rows whose result is not at the published
     scale are not scored."""
     from ..published import CH7
-    from ..report import Claim, at_scale, fmt, within
+    from ..report import Claim, at_scale, fmt, fmt_pm, within
 
     hp, rp, ep, lp = (r.meta["params"] for r in (H, Rl, Es, L))
     hs = headline_summary(H)
@@ -1265,7 +1265,7 @@ def claims(H, Rl, Es, L, Gd, Pr=None) -> list:
     f = es["fit"]
     a0, _, r2_0 = P["eta_fit"].value
     rows.append(at_scale(Claim("$\\rho$ crossing vs test 0.5: slope", P["eta_fit"].source, f"{a0} ($R^2$ {r2_0})",
-                               f"{fmt(f['a'])} ± {fmt(f['a_se'], 2)} ($R^2$ {fmt(f['r2'])})" if np.isfinite(f["a"])
+                               f"{fmt_pm(f['a'], f['a_se'])} ($R^2$ {fmt(f['r2'])})" if np.isfinite(f["a"])
                                else f"no fit ({f['n']} grokking {'run' if f['n'] == 1 else 'runs'} with both events)",
                                within(f["a"], a0, 2 * f["a_se"]), "tolerance: 2 standard errors of our slope"),
                          scale_e, eta_ok, "5 seeds per $\\eta$, 600 epochs"))
