@@ -84,7 +84,10 @@ def _bulk():
               "edge_dens_emp": edge * 1.02, "edge_dens_dmft": edge, "edge_emp": edge * 1.1, "edge_dmft": edge * 1.1,
               "hard": np.zeros((nd, nt, 3)), "phi_dmft": np.ones((nd, nt)), "dmft_hard": np.zeros(3),
               "out_dmft": np.full((nd, nt), np.nan), "ov_dmft": np.full((nd, nt), np.nan)}
-    return Result(arrays, {"profile": "ci", "params": {"d": 500, "N": 12000}})
+    # ten DMFT sub-laws per panel around the empirical edge, relative spread 2 %
+    spread = np.linspace(-1.5, 1.5, 10) / np.std(np.linspace(-1.5, 1.5, 10), ddof=1)
+    arrays["sub_edges"] = np.concatenate([(edge * 1.02)[..., None] * (1 + 0.02 * spread), np.full((nd, nt, 2), np.nan)], -1)
+    return Result(arrays, {"profile": "ci", "params": {"d": 500, "N": 30000}})
 
 
 def _caveat(profile="ci", d=500):
@@ -105,6 +108,28 @@ def test_ch2_table_and_claims():
     assert e["rel"].max() == pytest.approx(0.02)
     assert "every panel" in ch2.outlier_sentence(B) and "nan" not in ch2.gap_sentence(B)
     assert ch2.claims(B, _caveat("paper", 1500))[-1].scale == "paper: $d$ = 1500"  # the caveat's own scale
+
+
+def test_ch2_edge_test_is_a_prediction_interval_over_the_panels():
+    """The empirical edge is compared with K DMFT sub-laws of its size: t = (e − μ)/(s·√(1 + 1/K)) against the
+    Student quantile at 5 %/(2·panels); a panel 5 s.d. away fails, and panels with fewer than 3 sub-laws leave
+    the row unscored rather than judged."""
+    from scipy.stats import t as student
+
+    B = _bulk()
+    et = ch2.edge_test(B)
+    assert (et["K"] == 10).all() and np.allclose(et["t"], 0, atol=1e-12)
+    assert np.allclose(et["sd"], 0.02 * np.abs(B["edge_dens_emp"]))
+    assert et["bound"][0, 0] == pytest.approx(student.ppf(1 - 0.05 / 8, 9))
+    assert ch2.claims(B, _caveat())[0].agree is True
+    B.arrays["edge_dens_emp"][1, 1] *= 1 + 5 * 0.02 * np.sqrt(1.1)  # 5 s.d. of a new draw beyond the mean
+    assert abs(ch2.edge_test(B)["t"][1, 1]) == pytest.approx(5, rel=1e-9)
+    row = ch2.claims(B, _caveat())[0]
+    assert row.agree is False and "δ = 6, $t$ = 20" in row.ours
+    B.arrays["sub_edges"][0, 0, 2:] = np.nan  # two sub-laws only: no test
+    row = ch2.claims(B, _caveat())[0]
+    assert row.agree is None and "fewer than 3" in row.note
+    assert "–" in ch2.edge_table(B).splitlines()[2]
 
 
 def test_ch2_predicted_outliers_are_compared_with_gd():
