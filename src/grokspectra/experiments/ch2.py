@@ -320,15 +320,16 @@ def edge_table(B) -> str:
     (mean ± s.d., number) with the statistic of :func:`edge_test`, and branch ends (markdown)."""
     dl, ts = B["deltas"], B["times"]
     et = edge_test(B)
-    rows = ["| $\\delta$ | $t$ | edge, emp. | edge, DMFT | DMFT sub-laws of size $n$ | standardised gap (bound) | "
-            "branch end, emp. | branch end, DMFT |", "|---|---|---|---|---|---|---|---|"]
+    nb = "\u00a0"  # no-break space: a mean ± s.d. stays on one line
+    rows = ["| $\\delta$ | $t$ | edge, emp. | edge, DMFT | $K$ DMFT sub-laws of size $n$: mean ± s.d. | $K$ | "
+            "score (bound) | branch end, emp. | branch end, DMFT |", "|---|---|---|---|---|---|---|---|---|"]
     for i in range(len(dl)):
         for j in range(len(ts)):
-            sub = (f"{et['mu'][i, j]:.4f} ± {et['sd'][i, j]:.4f} ({int(et['K'][i, j])})" if et["K"][i, j] >= 3
-                   else "–")
-            tt = f"{et['t'][i, j]:+.1f} ({et['bound'][i, j]:.1f})" if np.isfinite(et["t"][i, j]) else "–"
+            ok = et["K"][i, j] >= 3
+            sub = f"{et['mu'][i, j]:.4f}{nb}±{nb}{et['sd'][i, j]:.4f}" if ok else "–"
+            tt = f"{et['t'][i, j]:+.1f}{nb}({et['bound'][i, j]:.1f})" if np.isfinite(et["t"][i, j]) else "–"
             rows.append(f"| {dl[i]:g} | {ts[j]} | {B['edge_dens_emp'][i, j]:.4f} | {B['edge_dens_dmft'][i, j]:.4f} | "
-                        f"{sub} | {tt} | {B['edge_emp'][i, j]:.4f} | {B['edge_dmft'][i, j]:.4f} |")
+                        f"{sub} | {int(et['K'][i, j])} | {tt} | {B['edge_emp'][i, j]:.4f} | {B['edge_dmft'][i, j]:.4f} |")
     return "\n".join(rows)
 
 
@@ -424,7 +425,7 @@ def fig_caveat(C):
 
     from .. import plotting
 
-    fig, axs = plt.subplots(1, 2, figsize=(7.2, 3.2))
+    fig, axs = plt.subplots(1, 2, figsize=(7.2, 3.2), layout="constrained")
     axs[0].hist(C["eigs_bounded"], bins=80, density=True, alpha=0.6, color=plotting.COLORS["control"],
                 label="$y = \\tanh z^2$")
     axs[0].hist(C["eigs"], bins=80, density=True, alpha=0.6, color=plotting.COLORS["grok"], label="$y = z^2$")
@@ -436,7 +437,10 @@ def fig_caveat(C):
     axs[1].axhline(float(C["edge_bounded"]), color=plotting.COLORS["control"], ls=":", label="$y = \\tanh z^2$")
     axs[1].set_xscale("log")
     axs[1].set(xlabel="samples $N$ of the law", ylabel="left edge (branch end)")
-    axs[1].legend(fontsize=9)
+    lo = min(np.min(C["edges_dmft"]), np.min(C["edges_emp"]))
+    hi = float(C["edge_bounded"])
+    axs[1].set_ylim(lo - 0.08 * (hi - lo), hi + 0.55 * (hi - lo))  # room for the legend above the data
+    axs[1].legend(fontsize=9, loc="upper right")
     return fig
 
 
