@@ -185,6 +185,11 @@ def test_status_reports_a_partial_sweep(tmp_path, monkeypatch):
     # a missing unit too large for this machine is counted apart, with its time, and not in the time left here
     s0 = ex.profile_status(HEAD, str(prof), st.Store(tmp_path))
     assert s0["too_big"] == 0 and s0["left_s"] > 0 and s0["memory"] == ""
+    # the wall time the three stored units took, read from their own records, and the chapter's total
+    walls = [json.loads(p.read_text())["wall_s"] for p in (tmp_path / name / "ch7.headline").glob("*.json")]
+    assert len(walls) == 3 and s0["stored_s"] == pytest.approx(sum(walls)) and s0["stored_s"] > 0
+    assert len(s0["threads"]) == 1 and s0["threads"][0] >= 1
+    assert any(x.split()[:1] == ["ch7"] for x in r.stdout.splitlines())
     monkeypatch.setattr(HEAD, "_memory", lambda u: 1e18)
     s1 = ex.profile_status(HEAD, str(prof), st.Store(tmp_path))
     assert s1["too_big"] == 1 and s1["left_s"] == 0 and s1["too_big_s"] == pytest.approx(s0["left_s"])

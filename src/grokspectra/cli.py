@@ -194,14 +194,14 @@ def cmd_status(a) -> int:
     and the estimated CPU time left (from the stored units' own timings)."""
     store = Store(a.store) if a.store else Store()
     ex.load_chapters()
-    rows = []
+    rows, chapters = [], {}
     total_left, total_big, unknown = 0.0, 0.0, 0
     for name in sorted(ex.REGISTRY, key=_order):
         e = ex.REGISTRY[name]
         try:
             e.schema.validate(load_profile(a.profile, e.section))
         except ParamError as err:
-            rows.append((name, "-", "no parameters", str(err)[:60]))
+            rows.append((name, "-", "no parameters", "-", str(err)[:60]))
             continue
         st = ex.profile_status(e, a.profile, store)
         left = st["left_s"]
@@ -209,14 +209,24 @@ def cmd_status(a) -> int:
         total_left += left if left == left else 0.0
         unknown += left != left
         big = st.get("too_big", 0)
-        rows.append((name, f"{st['stored']}/{st['units']}", st["state"],
+        ch = chapters.setdefault(name.split(".")[0], [0.0, set()])
+        ch[0] += st["stored_s"]
+        ch[1].update(st["threads"])
+        took = sweep.fmt_seconds(st["stored_s"]) if st["stored"] else "-"
+        rows.append((name, f"{st['stored']}/{st['units']}", st["state"], took,
                      (sweep.fmt_seconds(left) if st["stored"] < st["units"] else "0")
                      + (f" here, + {sweep.fmt_seconds(st['too_big_s'])} in {big} unit(s) that need more memory than "
                         f"{st['memory']}" if big else "")))
     print(f"profile {a.profile} in {store.root}")
-    print(f"{'experiment':22s} {'units':>9s}  {'result':8s}  est. time left")
+    print(f"{'experiment':22s} {'units':>9s}  {'result':8s}  {'took':>8s}  est. time left")
     for r in rows:
-        print(f"{r[0]:22s} {r[1]:>9s}  {r[2]:8s}  {r[3]}")
+        print(f"{r[0]:22s} {r[1]:>9s}  {r[2]:8s}  {r[3]:>8s}  {r[4]}")
+    print("took: the wall time the stored units of the current code took when computed (their records' wall_s);"
+          " per chapter:")
+    for ch, (secs, threads) in chapters.items():
+        on = f" on {'/'.join(map(str, sorted(threads)))} torch thread(s)" if threads else ""
+        print(f"  {ch:6s} {sweep.fmt_seconds(secs):>8s}{on}")
+    print(f"  {'all':6s} {sweep.fmt_seconds(sum(c[0] for c in chapters.values())):>8s}")
     print(f"estimated time left in all: {sweep.fmt_seconds(total_left)}"
           + (f" on this machine, + {sweep.fmt_seconds(total_big)} in units that need more memory than it has"
              if total_big else "")

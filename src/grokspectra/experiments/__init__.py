@@ -32,6 +32,7 @@ import hashlib
 import importlib
 import json
 import pkgutil
+import re
 import sys
 from typing import Any, Callable, Iterable, Mapping
 
@@ -288,15 +289,21 @@ def profile_status(e: Experiment, profile: str = "paper", store: Store | None = 
     that fit this machine, from the stored units' own timings (:func:`sweep.estimate_seconds`: each at the rate of
     the stored units of like cost; nan when none is stored), and ``too_big``, how many
     missing units need more memory (their experiment's ``peak_memory`` model) than ``memory`` describes (this
-    machine's device), with their estimated compute time ``too_big_s``."""
+    machine's device), with their estimated compute time ``too_big_s``; ``stored_s``, the wall time the stored
+    units of the current code took when computed (their records' ``wall_s``), and ``threads``, the torch thread
+    counts their device lines name."""
     from .. import sweep
 
     store = store or Store()
     P = e.schema.validate(load_profile(profile, e.section))
     prof = e.profile_for(P)
     units = e.units(e.params(P))
-    have = [e.load_unit(store, u, prof) is not None for u in units]
+    got = [e.load_unit(store, u, prof) for u in units]
+    have = [r is not None for r in got]
     n = sum(have)
+    stored_s = sum(float(r.meta.get("wall_s") or 0.0) for r in got if r is not None)
+    threads = sorted({int(m.group(1)) for r in got if r is not None
+                      for m in [re.search(r"(\d+) torch threads?", str(r.meta.get("device", "")))] if m})
     stale = any(m.get("code") != e.code() for m in store.metas(e.name, prof))
     state = "current" if n == len(units) else "partial" if n else "stale" if stale else "missing"
     left, left_big, too_big, where = 0.0, 0.0, 0, ""
@@ -312,7 +319,8 @@ def profile_status(e: Experiment, profile: str = "paper", store: Store | None = 
         left = sum(x for x, b in zip(secs, big) if not b)
         left_big = sum(x for x, b in zip(secs, big) if b) if any(big) else 0.0
     return {"experiment": e.name, "stored": n, "units": len(units), "state": state, "left_s": float(left),
-            "too_big": int(too_big), "too_big_s": float(left_big), "memory": where}
+            "too_big": int(too_big), "too_big_s": float(left_big), "memory": where,
+            "stored_s": stored_s, "threads": threads}
 
 
 def stale_files(e: Experiment, profile: str = "paper", store: Store | None = None) -> list:
