@@ -47,7 +47,12 @@ def test_scale_note_counts_units_and_names_the_commands(tmp_path):
     assert all(f"`python -m grokspectra run {r['experiment']} --profile paper`" in text for r in rows)
     assert text.count("\n| `ch6.") == len(rows)
     done = [{**r, "stored": r["units"], "state": "current", "left_s": 0.0} for r in rows]
-    assert report.scale_md(done) == "Every result on this page is computed at the `paper` scale."
+    assert report.scale_md(done) == "Every result on this page is computed at the `paper` scale."  # no records
+    timed = [{**r, "stored_s": 1800.0, "threads": [2]} for r in done]
+    units = sum(r["units"] for r in rows)
+    assert report.scale_md(timed) == ("Every result on this page is computed at the `paper` scale. Its "
+                                      f"{units} units took {len(rows) * 30} min of computing on 2 CPU threads when they "
+                                      "were run (a figure's provenance line names the device and date).")
     mixed = done[:-1] + [{**rows[-1], "stored": 1, "state": "partial", "left_s": 5400.0}]
     t = report.scale_md(mixed)
     assert "(complete)" in t and "90 min" in t and rows[-1]["experiment"] in t.split("Units are resumable")[1]

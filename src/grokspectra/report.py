@@ -199,14 +199,20 @@ def fmt_pm(x: float, se: float) -> str:
 
 def scale_md(rows: list[dict], profile: str = "paper") -> str:
     """A note for the top of a chapter: how far each of its experiments is computed at ``profile`` scale (rows of
-    ``experiments.section_status``), the compute time still missing and the command that computes it. Results
+    ``experiments.section_status``), the compute time still missing and the command that computes it, or, when
+    every experiment is complete, what computing its units took (their records' wall times). Results
     whose ``profile`` is complete are shown at that scale; the others at the notebook's own profile, or as the
     computed part of the ``profile`` grid where the figure's provenance line says so."""
     from .sweep import fmt_seconds
 
     done = [r for r in rows if r["state"] == "current"]
     if len(done) == len(rows):
-        return f"Every result on this page is computed at the `{profile}` scale."
+        took = sum(r.get("stored_s", 0.0) for r in rows)
+        threads = sorted({t for r in rows for t in r.get("threads", ())})
+        on = f" on {' or '.join(map(str, threads))} CPU thread{'s' if threads != [1] else ''}" if threads else ""
+        cost = (f" Its {plural(sum(r['units'] for r in rows), 'unit')} took {fmt_seconds(took)} of computing{on} "
+                "when they were run (a figure's provenance line names the device and date)." if took > 0 else "")
+        return f"Every result on this page is computed at the `{profile}` scale.{cost}"
     lines = [f"| experiment | `{profile}` units computed | compute left (at the stored units' rate) |", "|---|---|---|"]
 
     def left(r):  # what this machine can compute, and what needs a machine with more memory
