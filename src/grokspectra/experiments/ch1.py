@@ -201,8 +201,9 @@ def bench_gd(device="auto", quick=False) -> dict:
 
 
 def bench_dmft(device="auto", quick=False, *, T: int | None = None, N: int | None = None, m: int | None = None) -> dict:
-    """DMFT with T = 50, N = 10⁵ paths, m = 2 (``quick``: T = 10, N = 2·10⁴; ``T``, ``N``, ``m`` override either, as
-    ``bench dmft --size T=120``: the per-step overhead weighs less against the O(T²) recursion as T grows).
+    """DMFT (:func:`grokspectra.dmft.run_dmft_factored`) with T = 50, N = 10⁵ paths, m = 2 (``quick``: T = 10,
+    N = 2·10⁴; ``T``, ``N``, ``m`` override either, as ``bench dmft --size T=120``: the per-step overhead weighs
+    less against the O(T²) recursion as T grows).
     Memory-bound: the floor is the
     traffic the response recursion needs, at the bandwidth measured in this run. At step t it reads χ(p, s) for
     s ≤ p < t (t(t+1)/2 blocks of N·m² float64 values), writes χ(t, s) for s ≤ t and reads them back for R_F
@@ -214,17 +215,17 @@ def bench_dmft(device="auto", quick=False, *, T: int | None = None, N: int | Non
     T, N, m = T or T0, N or N0, m or m0
     args = ("gelu", "pr", 3.0, 2.0)
     M0 = [([0.5, 0.3] + [0.2] * m)[:m]]  # the first-layer overlaps at t = 0, one hard direction
-    dmft.run_dmft(*args, 2, N, m, M0=M0, device=dev, generator=0)  # warm-up
+    dmft.run_dmft_factored(*args, 2, N, m, M0=M0, device=dev, generator=0)  # warm-up
     synchronize(dev)
     t0 = time.perf_counter()
-    dmft.run_dmft(*args, T, N, m, M0=M0, device=dev, generator=0)
+    dmft.run_dmft_factored(*args, T, N, m, M0=M0, device=dev, generator=0)
     synchronize(dev)
     cold = time.perf_counter() - t0
     with dmft.reuse_memory():
-        dmft.run_dmft(*args, T, N, m, M0=M0, device=dev, generator=1)
+        dmft.run_dmft_factored(*args, T, N, m, M0=M0, device=dev, generator=1)
         synchronize(dev)
         t0 = time.perf_counter()
-        out = dmft.run_dmft(*args, T, N, m, M0=M0, device=dev, generator=0)
+        out = dmft.run_dmft_factored(*args, T, N, m, M0=M0, device=dev, generator=0)
         synchronize(dev)
         wall = time.perf_counter() - t0
     assert torch.isfinite(out["train"]).all()
