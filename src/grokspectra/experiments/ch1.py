@@ -84,7 +84,7 @@ def trajectories(u, device):
     """Warm start M_0 on y = z²: one DMFT replica (with or without the memory terms) or GD at one d with every
     trial; the chapter compares their overlaps, norms and risks."""
     if u["kind"] == "dmft":
-        o = dmft.run_dmft(u["act"], "pr", u["delta"], u["eta"], u["T"], u["N"], u["m"], M0=u["M0"],
+        o = dmft.run_dmft_factored(u["act"], "pr", u["delta"], u["eta"], u["T"], u["N"], u["m"], M0=u["M0"],
                           memory=u["memory"], antithetic=True, device=device, generator=u["seed"])
         return {k: o[k] for k in KEYS}
     d = u["d"]
@@ -134,7 +134,7 @@ def easy_hard(u, device):
     N^{-1/2}), GD overlaps at each d. Staircase y = z₁ + z₂²: DMFT (antithetic in z₂) and GD overlaps with both
     latent directions. One unit is one DMFT or one GD at one d."""
     if u["kind"] == "dmft":
-        a = dmft.run_dmft(u["act"], u["link"], u["delta"], u["eta"], u["T"], u["N"], u["m"],
+        a = dmft.run_dmft_factored(u["act"], u["link"], u["delta"], u["eta"], u["T"], u["N"], u["m"],
                           antithetic=u["antithetic"], device=device, generator=3000)
         return {k: a[k] for k in ("M", "train", "test")}
     d = u["d"]

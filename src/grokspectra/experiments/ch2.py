@@ -159,7 +159,7 @@ def bulk(p, device):
     dm_train = np.zeros((nd, max(times) + 1))
     lk = mi.link(p["link"])
     for i, dl in enumerate(deltas):
-        r = dmft.run_dmft(p["act"], lk, dl, p["eta"], max(times), _even(p["N"]), p["m"], keep=times, device=device,
+        r = dmft.run_dmft_factored(p["act"], lk, dl, p["eta"], max(times), _even(p["N"]), p["m"], keep=times, device=device,
                           generator=p["seed"] + 100 + i)
         dm_train[i] = r["train"].cpu().numpy()
         for j, t in enumerate(times):
@@ -221,7 +221,7 @@ def caveat(p, device):
     dl, t = p["caveat_delta"], p["caveat_t"]
     gd = _gd_hessians(p, device, "pr", [dl], [t], p["seed"] + 7)
     Nmax = _even(max(p["N_caveat"]))
-    r = dmft.run_dmft(p["act"], "pr", dl, p["eta"], t, 2 * Nmax, p["m"], keep=[t], device=device,
+    r = dmft.run_dmft_factored(p["act"], "pr", dl, p["eta"], t, 2 * Nmax, p["m"], keep=[t], device=device,
                       generator=p["seed"] + 300)
     law = r["law"][t]
     Gd = distinct_half(mi.per_sample_D(law["u"], law["y"], p["act"]).double().cpu())  # Nmax distinct samples
