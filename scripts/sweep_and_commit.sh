@@ -5,8 +5,9 @@
 #   bash scripts/sweep_and_commit.sh ch3.dnn              # any target of `python -m grokspectra run`
 #   EVERY=300 THREADS=2 bash scripts/sweep_and_commit.sh all
 #
-# Every EVERY seconds (default 600), and once more when the sweep ends, whatever is new under results/paper is
-# committed on its own (nothing else is staged or committed). The store writes each unit atomically, and its
+# Every EVERY seconds (default 600), and once more when the sweep ends, whatever is new under results/paper (or
+# $COMMIT_PATH: scripts/compute_ahead.sh stores under results-ahead/paper) is committed on its own (nothing else is
+# staged or committed). The store writes each unit atomically, and its
 # interrupted writes (*.tmp) are ignored by git, so a commit never holds a half-written unit. Exit status: the
 # sweep's.
 set -u
@@ -15,13 +16,14 @@ TARGET=${1:?usage: bash scripts/sweep_and_commit.sh TARGET   (an experiment, a c
 EVERY=${EVERY:-600}
 PY=${PY:-.venv/bin/python}
 LOG=${LOG:-build/sweep-$TARGET.log}
+COMMIT_PATH=${COMMIT_PATH:-results/paper}
 mkdir -p "$(dirname "$LOG")"
 [ -n "${THREADS:-}" ] && export GROKSPECTRA_THREADS=$THREADS
 
 commit_units() {
-  [ -n "$(git status --porcelain -- results/paper)" ] || return 0
-  git add -- results/paper \
-    && git commit -q -m "results/paper: more units of $TARGET (the sweep resumes from here)" -- results/paper \
+  [ -n "$(git status --porcelain -- "$COMMIT_PATH")" ] || return 0
+  git add -- "$COMMIT_PATH" \
+    && git commit -q -m "$COMMIT_PATH: more units of $TARGET (the sweep resumes from here)" -- "$COMMIT_PATH" \
     && echo "$(date -u +%H:%M:%S) committed units of $TARGET"
 }
 
