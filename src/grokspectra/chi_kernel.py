@@ -20,7 +20,9 @@ tile k, row (p − s)·m + b, column c·NC + n holds χ(p, s)[b, c] on path k·N
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import platform
 import warnings
 
 import torch
@@ -151,12 +153,28 @@ def kernel():
     return _build(SRC)  # SRC named here, so that the kernel's source is part of every result's code version
 
 
+def _build_dir() -> str:
+    """Where the kernel is built: one directory per CPU feature set, since -march=native code built on one host may
+    not run on another that shares the home directory."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    tag = hashlib.sha1((flags or platform.processor() + platform.machine()).encode()).hexdigest()[:10]
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions")
+    path = os.path.join(root, f"grokspectra_chi_kernel_{tag}")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 @functools.lru_cache(maxsize=None)
 def _build(src: str):
     try:
         from torch.utils.cpp_extension import load_inline
         return load_inline("grokspectra_chi_kernel", cpp_sources=src, functions=["step", "init"],
-                           extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"])
+                           extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
+                           build_directory=_build_dir())
     except Exception as e:  # no compiler, no ninja, a failed build: the torch path gives the same numbers
         msg = str(e).strip().splitlines()[-1] if str(e).strip() else ""
         warnings.warn(f"grokspectra.chi_kernel: the fused kernel could not be built ({type(e).__name__}: {msg}); "
