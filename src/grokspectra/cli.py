@@ -108,6 +108,8 @@ def cmd_run(a) -> int:
     store = Store(a.store) if a.store else Store()
     targets = _targets(a.target)
     _check_overrides(targets, overrides)
+    for e in targets:  # every code version now, from the source this process imported: hashed later, an edit of a
+        e.code()       # source file in between (a long sweep) would be read at the old line numbers
     plans = [(e, _resolve(e, a, overrides)) for e in targets]
     if a.dry_run:
         return _dry_run(plans, store, a)
