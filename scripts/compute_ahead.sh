@@ -11,7 +11,7 @@
 #   bash scripts/compute_ahead.sh ch3.dnn            # one of them
 #   STATUS=1 bash scripts/compute_ahead.sh           # how far it is (`status` of that store, AHEAD's code)
 #
-# The move, when STATUS says the six ch3 experiments below current: `git revert <the revert of AHEAD>`,
+# The move, when STATUS says the six ch3 experiments below current, is `bash scripts/move_ahead.sh`: `git revert <the revert of AHEAD>`,
 # `git rm -r -q results/paper/ch3.{settle,linear,dlin,outliers,limit,dnn}`, `git mv` each results-ahead/paper/ch3.*
 # to results/paper/, then `python -m grokspectra status --profile paper` must say every experiment current. It will
 # not if a function on chapter 3's call graph (dmft.run_dmft_factored, chi_kernel, spectral, hessian, multiindex, the
