@@ -40,6 +40,7 @@ SCHEMA = Schema(
     Param("N_caveat", list, of=int, lo=100, hi=10**7, help="law sizes for the y = z² edge drift"),
     Param("caveat_delta", float, lo=0.5, hi=50.0, help="δ of the y = z² comparison (a run still in phase 1)"),
     Param("caveat_t", int, lo=1, hi=200, help="GD step of the y = z² comparison"),
+    Param("model_reps", int, lo=3, hi=1000, help="draws of the DMFT law's matrix model per (δ, t)"),
     Param("seed", int, lo=0, hi=10**6, help="random seed"),
 )
 MODULES = ["grokspectra.multiindex", "grokspectra.dmft", "grokspectra.hessian", "grokspectra.spectral"]
@@ -253,6 +254,130 @@ def _caveat_memory(p: dict) -> float:
     return costs.dmft_bytes(2 * _even(max(p["N_caveat"])), p["caveat_t"], p["m"])
 
 
+def _span_coords(a: torch.Tensor, gram: torch.Tensor, k: int, cut: float = 1e-8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Coordinates of samples in an orthonormal basis of span(A) from their projections ``a`` = Aᵀx [n, r0] and the
+    Gram matrix ``gram`` = AᵀA [r0, r0]: with AᵀA = V Λ Vᵀ (eigenvalues below ``cut`` of the largest dropped) the
+    basis E = A V Λ^(−1/2) gives Eᵀx = Λ^(−1/2) Vᵀ a. Also returns Eᵀ of the first ``k`` columns of A (Θ_*'s
+    coordinates, [r, k])."""
+    lam, V = torch.linalg.eigh(gram)
+    keep = lam > cut * lam.max()
+    W = V[:, keep] / lam[keep].sqrt()  # [r0, r]
+    return a @ W, W.T @ gram[:, :k]
+
+
+def model_draw(run: dict, t: int, n: int, d: int, act: str, generator: torch.Generator) -> dict:
+    """One draw of the DMFT law's finite-size matrix model at step ``t``: the Hessian ``eq-ch2-hessian`` of n
+    samples x_i whose projections on span(Θ_*, Θ⁰, …, Θᵗ) are those of n distinct DMFT paths — the latent z_i and
+    the pre-activations u_i^0 … u_i^t, with the overlaps M_s and Q(s, s') = M_sᵀM_s' + Q_⊥(s, s') of the same run as
+    their Gram matrix — and whose other d − r coordinates are independent standard Gaussians; D_i = D(u_i^t; y_i).
+
+    By construction its bulk is the law of eq-ch2-bulk for the DMFT weights, and it holds every finite-rank
+    coupling of the weights to the data that the DMFT describes (the hard direction and the run's own past
+    weights), so its lowest eigenvalues are what the theory predicts for a GD Hessian of this n and d, finite-size
+    fluctuations and the law's thin tails included.
+
+    ``run`` is a :func:`grokspectra.dmft.run_dmft_factored` result with every step kept and at least 2n antithetic
+    paths (the first n are distinct). Returns the 3 lowest eigenvalues and the hard overlap (weight on
+    span(Θ_*) ⊗ R^m) of the lowest eigenvector, found by inverse iteration.
+    """
+    M, Qp = run["M"], run["Qperp_all"]
+    k, m = M.shape[1], M.shape[2]
+    hard = list(run["hard"])
+    z = run["z"][:n].double()
+    U = torch.cat([run["u"][s][:n].double() for s in range(t + 1)], 1)  # [n, (t+1)m]
+    Ms = M[: t + 1].permute(1, 0, 2).reshape(k, (t + 1) * m)  # [k, (s, j)]
+    Q = Ms.T @ Ms + Qp[: (t + 1) * m, : (t + 1) * m]
+    gram = torch.cat([torch.cat([torch.eye(k, dtype=Q.dtype), Ms], 1), torch.cat([Ms.T, Q], 1)], 0)
+    c, theta = _span_coords(torch.cat([z, U], 1), gram, k)
+    r = c.shape[1]
+    if r >= d:
+        raise ValueError(f"model_draw: the span of the run's weights has dimension {r} >= d = {d}; raise d")
+    X = torch.cat([c, torch.randn(n, d - r, dtype=torch.float64, generator=generator)], 1)
+    D = mi.per_sample_D(run["u"][t][:n].double(), run["y"][:n].double(), act)
+    H = torch.empty(m, d, m, d, dtype=torch.float64)
+    for a in range(m):
+        for b in range(a, m):
+            H[a, :, b] = X.T @ (D[:, a, b, None] * X) / n
+            if b > a:
+                H[b, :, a] = H[a, :, b].T
+    H = H.reshape(m * d, m * d)
+    w = torch.linalg.eigvalsh(H)
+    v = _lowest_vector(H, w, generator)
+    e = torch.zeros(d, len(hard), dtype=torch.float64)
+    e[:r] = theta[:, hard]
+    ov = float(((v.reshape(m, d) @ e) ** 2).sum())
+    return {"eigs": w[:3].numpy(), "ov": ov, "rank": r}
+
+
+def _lowest_vector(H: torch.Tensor, w: torch.Tensor, generator: torch.Generator, iters: int = 12) -> torch.Tensor:
+    """The eigenvector of the lowest eigenvalue w[0] of the symmetric H by inverse iteration, shifted a tenth of
+    the gap w[1] − w[0] below it (each step shrinks the other components by ≤ 1/11). Raises
+    :class:`~grokspectra.hessian.EigenConvergenceError` when the residual ‖Hv − w[0]v‖ exceeds 10⁻⁸ ‖H‖."""
+    gap = float(w[1] - w[0])
+    scale = float(w.abs().max())
+    sigma = float(w[0]) - max(0.1 * gap, 1e-12 * scale)
+    L, info = torch.linalg.cholesky_ex(H - sigma * torch.eye(H.shape[0], dtype=H.dtype))
+    if int(info):
+        raise hs.EigenConvergenceError("inverse iteration (shifted Cholesky)", 0, float("nan"), 1e-8)
+    v = torch.randn(H.shape[0], 1, dtype=H.dtype, generator=generator)
+    for _ in range(iters):
+        v = torch.cholesky_solve(v, L)
+        v = v / v.norm()
+    v = v[:, 0]
+    res = float((H @ v - w[0] * v).norm()) / scale
+    if res > 1e-8:
+        raise hs.EigenConvergenceError("inverse iteration", iters, res, 1e-8)
+    return v
+
+
+def _model_units(p: dict) -> list[dict]:
+    """One unit per δ: ``model_reps`` draws of the matrix model at each step of ``times``."""
+    return [{**{k: p[k] for k in ("act", "m", "link", "eta", "times", "d", "model_reps", "seed")},
+             "delta": float(dl), "i": i} for i, dl in enumerate(p["deltas"])]
+
+
+def _model_reduce(p: dict, units: list[dict], results: list[dict]) -> dict:
+    """The units stacked along δ: ``eigs`` [δ, rep, t, 3], ``ov`` [δ, rep, t], ``rank`` [δ, rep, t]."""
+    return {"deltas": np.array(p["deltas"]), "times": np.array(p["times"]),
+            **{k: np.stack([np.asarray(r[k]) for r in results]) for k in ("eigs", "ov", "rank")}}
+
+
+def _model_cost(u: dict) -> float:
+    """Per draw: a DMFT run of 2n paths to the last step, and per t the m(m+1)/2 blocks of the dense Hessian
+    (∝ n·d²) and its eigenvalues alone (∝ (md)³; measured on 2 threads: 2 s for n·d² = 3.4·10¹⁰, 4.4 s for
+    md = 3000)."""
+    d, m, T = u["d"], u["m"], max(u["times"])
+    n = round(u["delta"] * d)
+    per_t = 6e-11 * m * (m + 1) / 2 * n * d * d + 1.6e-10 * (m * d) ** 3
+    return u["model_reps"] * (costs.dmft_s(2 * n, T, m) + len(u["times"]) * per_t)
+
+
+def _model_shrink(u: dict) -> dict:
+    """Two draws at d = 200 (every step: the DMFT run to the last one is a large part of a draw)."""
+    return {**u, "d": 200, "model_reps": 2}
+
+
+@experiment(SECTION, keys=["act", "m", "link", "eta", "deltas", "times", "d", "model_reps", "seed"],
+            units=_model_units, reduce=_model_reduce, cost=_model_cost, shrink=_model_shrink)
+def model(u, device):
+    """The lowest eigenvalues of the DMFT law's matrix model (:func:`model_draw`) at the GD runs' n and d, with an
+    independent DMFT run per draw (2n antithetic paths, all steps kept), for the comparison with GD's lowest
+    eigenvalues in :func:`model_test`. CPU, float64."""
+    lk = mi.link(u["link"])
+    n, T, R = round(u["delta"] * u["d"]), max(u["times"]), u["model_reps"]
+    gen = torch.Generator().manual_seed(u["seed"] + 7000 + 100 * u["i"])
+    eigs = np.zeros((R, len(u["times"]), 3))
+    ov = np.zeros((R, len(u["times"])))
+    rank = np.zeros((R, len(u["times"])), dtype=np.int64)
+    for rep in range(R):
+        run = dmft.run_dmft_factored(u["act"], lk, u["delta"], u["eta"], T, _even(2 * n), u["m"],
+                                     keep=range(T + 1), generator=u["seed"] + 5000 + 1000 * u["i"] + rep)
+        for j, t in enumerate(u["times"]):
+            o = model_draw(run, t, n, u["d"], u["act"], gen)
+            eigs[rep, j], ov[rep, j], rank[rep, j] = o["eigs"], o["ov"], o["rank"]
+    return {"eigs": eigs, "ov": ov, "rank": rank}
+
+
 # --- the chapter's analysis: figures, the edge table and the claims table (used by the notebook; tested) ----------
 ALPHA_EDGE = 0.05  # family-wise level of the edge test over all panels (Bonferroni)
 TOL_GAP = 0.02  # distance allowed between the lowest GD eigenvalue and the DMFT edge at d = 500 ...
@@ -315,6 +440,69 @@ def edge_test(B) -> dict:
     ratio = np.abs(t) / bound
     closest = np.unravel_index(np.nanargmax(ratio), ratio.shape) if np.isfinite(ratio).any() else None
     return {"K": K, "mu": mu, "sd": sd, "t": t, "bound": bound, "ratio": ratio, "closest": closest}
+
+
+def model_matches(B, Mo) -> bool:
+    """Whether the matrix-model result ``Mo`` was drawn at the GD runs' d, deltas and times (a paper-scale GD result
+    is shown with a CI-scale model while the model's paper profile is not computed)."""
+    return (Mo.meta["params"]["d"] == B.meta["params"]["d"] and list(Mo["deltas"]) == list(B["deltas"])
+            and list(Mo["times"]) == list(B["times"]))
+
+
+def model_test(B, Mo) -> dict:
+    """Per panel, GD's lowest eigenvalue against the lowest eigenvalues of R draws of the DMFT law's matrix model
+    (:func:`model_draw`, same n and d): mean μ, s.d. s and t = (λ_GD − μ)/(s·√(1 + 1/R)), which follows Student's law
+    with R − 1 degrees of freedom were λ_GD one more draw of the model (the model's λ_min is close to Gaussian at
+    these sizes, being the lowest of a few eigenvalues in the law's tail or an outlier); ``bound`` is its two-sided
+    quantile at ``ALPHA_EDGE`` / (number of panels). Also the model's mean hard overlap beside GD's."""
+    from scipy.stats import t as student
+
+    if not model_matches(B, Mo):
+        raise ValueError("model_test: the matrix model and the GD runs differ in d, deltas or times "
+                         f"({Mo.meta['params']['d']}, {list(Mo['deltas'])}, {list(Mo['times'])} against "
+                         f"{B.meta['params']['d']}, {list(B['deltas'])}, {list(B['times'])})")
+    lam = np.asarray(Mo["eigs"], float)[..., 0]  # [δ, rep, t]
+    R = lam.shape[1]
+    mu, sd = lam.mean(1), lam.std(1, ddof=1)
+    t = (B["eigs"][..., 0] - mu) / (sd * np.sqrt(1 + 1 / R))
+    bound = float(student.ppf(1 - ALPHA_EDGE / (2 * t.size), R - 1))
+    ratio = np.abs(t) / bound
+    return {"R": R, "mu": mu, "sd": sd, "t": t, "bound": bound, "ratio": ratio,
+            "closest": np.unravel_index(np.argmax(ratio), ratio.shape), "ov": np.asarray(Mo["ov"], float).mean(1),
+            "ov_sd": np.asarray(Mo["ov"], float).std(1, ddof=1), "rank": np.asarray(Mo["rank"]).max(1)}
+
+
+def model_table(B, Mo) -> str:
+    """Per panel: GD's lowest eigenvalue and hard overlap beside the matrix model's (mean ± s.d. over its draws),
+    the score and the DMFT density edge (markdown)."""
+    mt = model_test(B, Mo)
+    rows = [f"| $\\delta$ | $t$ | lowest GD eigenvalue | model, {mt['R']} draws | score | hard overlap GD | "
+            "model | edge, DMFT |", "|---|---|---|---|---|---|---|---|"]
+    for i, dl in enumerate(B["deltas"]):
+        for j, t in enumerate(B["times"]):
+            rows.append(f"| {dl:g} | {t} | {B['eigs'][i, j, 0]:.4f} | {mt['mu'][i, j]:.4f} ± {mt['sd'][i, j]:.4f} | "
+                        f"{mt['t'][i, j]:+.1f} | {B['hard'][i, j, 0]:.3f} | {mt['ov'][i, j]:.3f} ± "
+                        f"{mt['ov_sd'][i, j]:.3f} | {B['edge_dens_dmft'][i, j]:.4f} |")
+    return "\n".join(rows)
+
+
+def model_sentence(B, Mo) -> str:
+    """The matrix-model comparison in words: the largest score against its bound, and where GD's lowest eigenvalue
+    lies below the density edge, whether the model's does too."""
+    mt = model_test(B, Mo)
+    i, j = mt["closest"]
+    ok = bool((mt["ratio"] <= 1).all())
+    below = (B["eigs"][..., 0] < B["edge_dens_dmft"] - tol_gap(B.meta["params"]["d"]))
+    s = (f"Over the {mt['t'].size} panels the largest score is {abs(mt['t'][i, j]):.1f} (δ = {float(B['deltas'][i]):g}, "
+         f"t = {int(B['times'][j])}) against a bound of {mt['bound']:.1f}: "
+         + ("GD's lowest eigenvalue is, in every panel, a draw of the theory's matrix model at the same size."
+            if ok else f"in {int((mt['ratio'] > 1).sum())} panels GD's lowest eigenvalue is not a draw of the model."))
+    if below.any():
+        mb = below & (mt["mu"] < B["edge_dens_dmft"] - tol_gap(B.meta["params"]["d"]))
+        s += (f" In the {int(below.sum())} panels where GD's lowest eigenvalue lies below the density edge by more "
+              f"than the tolerance of the summary table, the model's mean does so too in {int(mb.sum())}: "
+              "there the lowest eigenvalues sit in the law's thin left tail, which the density fit does not see.")
+    return s
 
 
 def edge_table(B) -> str:
@@ -446,7 +634,7 @@ def fig_caveat(C):
     return fig
 
 
-def claims(B, C) -> list:
+def claims(B, C, Mo=None) -> list:
     """The closing table. The paper's numbers for these set-ups are not available, so each row compares two
     computations of this book: the bulk law from the empirical weights against the one from the DMFT law, the
     lowest GD eigenvalue against the predicted edge, and the localisation of the unbounded label's lowest modes."""
@@ -486,6 +674,22 @@ def claims(B, C) -> list:
             f"{_nanabsmax(e['d_ov']):.3f} ({int(e['out'].sum())} panels)",
             bool(_nanabsmax(e["d_out"]) <= t_ev and _nanabsmax(e["d_ov"]) <= t_ov),
             f"tolerances {t_ev:.4f} and {t_ov:.3f} (∝ $d^{{-1/2}}$)"))
+    if Mo is not None and not model_matches(B, Mo):
+        rows.append(Claim(
+            "lowest GD eigenvalue as in the theory's matrix model of the same size",
+            "this book: DMFT law, finite-rank couplings and Gaussian rest", "one more draw", "–", None,
+            f"not comparable: the model is drawn at $d$ = {Mo.meta['params']['d']}, the GD runs shown at "
+            f"$d$ = {p['d']}"))
+    elif Mo is not None:
+        mt = model_test(B, Mo)
+        i, j = mt["closest"]
+        rows.append(Claim(
+            "lowest GD eigenvalue as in the theory's matrix model of the same size",
+            "this book: DMFT law, finite-rank couplings and Gaussian rest", "one more draw",
+            f"largest score {abs(mt['t'][i, j]):.1f} (δ = {float(B['deltas'][i]):g}, $t$ = {int(B['times'][j])})",
+            bool((mt["ratio"] <= 1).all()),
+            f"bound {mt['bound']:.1f} (Student $t$, {mt['R']} draws per panel, {100 * ALPHA_EDGE:.0f} % "
+            f"family-wise over {mt['t'].size} panels)"))
     rows = [at_scale(r, scale) for r in rows]
     rows.append(at_scale(Claim(
         "$y = z^2$: lowest modes sit on single samples", "this book: unbounded weights", "mass > ½ on one $x_i$",
