@@ -47,6 +47,19 @@ def _fake_run(n, T, y_from_z, seed=2):
             "y": y, "hard": (0,)}
 
 
+def test_rest_is_orthogonal_to_the_steps_gradients():
+    """The Gaussian rest is conditioned on GD's steps: orthogonal over the samples to F(u^s; y) for s < t, not to
+    the current step's F(u^t; y)."""
+    from grokspectra import multiindex as mi
+
+    run = _fake_run(500, 4, True)
+    G = ch2._rest(run, 3, 500, 60, "gelu", torch.Generator().manual_seed(0))
+    for s, small in ((0, True), (2, True), (3, False)):
+        F = mi.per_sample_F(run["u"][s], run["y"], "gelu")
+        r = float((F.T @ G).norm() / (F.norm() * G.norm()))
+        assert (r < 1e-12) if small else (r > 1e-3), (s, r)
+
+
 def test_model_draw_with_unit_weights_is_marchenko_pastur(monkeypatch):
     """D ≡ 1 makes the model (1/n)XᵀX with Gaussian X: its lowest eigenvalue is at the Marchenko–Pastur edge
     (1 − √(d/n))², within a few times the Tracy–Widom scale (√n − √d)(1/√d − 1/√n)^(1/3)/n ≈ 0.006 here."""

@@ -269,7 +269,9 @@ def model_draw(run: dict, t: int, n: int, d: int, act: str, generator: torch.Gen
     """One draw of the DMFT law's finite-size matrix model at step ``t``: the Hessian ``eq-ch2-hessian`` of n
     samples x_i whose projections on span(Θ_*, Θ⁰, …, Θᵗ) are those of n distinct DMFT paths — the latent z_i and
     the pre-activations u_i^0 … u_i^t, with the overlaps M_s and Q(s, s') = M_sᵀM_s' + Q_⊥(s, s') of the same run as
-    their Gram matrix — and whose other d − r coordinates are independent standard Gaussians; D_i = D(u_i^t; y_i).
+    their Gram matrix — and whose other d − r coordinates are standard Gaussians conditioned on GD's own steps
+    (orthogonal, over the samples, to the per-sample gradients F(u^s; y), s < t, since each step Xᵀ F^s lies in the
+    span); D_i = D(u_i^t; y_i).
 
     By construction its bulk is the law of eq-ch2-bulk for the DMFT weights, and it holds every finite-rank
     coupling of the weights to the data that the DMFT describes (the hard direction and the run's own past
@@ -292,7 +294,7 @@ def model_draw(run: dict, t: int, n: int, d: int, act: str, generator: torch.Gen
     r = c.shape[1]
     if r >= d:
         raise ValueError(f"model_draw: the span of the run's weights has dimension {r} >= d = {d}; raise d")
-    X = torch.cat([c, torch.randn(n, d - r, dtype=torch.float64, generator=generator)], 1)
+    X = torch.cat([c, _rest(run, t, n, d - r, act, generator)], 1)
     D = mi.per_sample_D(run["u"][t][:n].double(), run["y"][:n].double(), act)
     H = torch.empty(m, d, m, d, dtype=torch.float64)
     for a in range(m):
@@ -307,6 +309,20 @@ def model_draw(run: dict, t: int, n: int, d: int, act: str, generator: torch.Gen
     e[:r] = theta[:, hard]
     ov = float(((v.reshape(m, d) @ e) ** 2).sum())
     return {"eigs": w[:3].numpy(), "ov": ov, "rank": r}
+
+
+def _rest(run: dict, t: int, n: int, cols: int, act: str, generator: torch.Generator) -> torch.Tensor:
+    """The coordinates of the n samples outside the span of the weights, [n, cols]: standard Gaussians conditioned
+    on GD's steps. Each step Θ^{s+1} − Θ^s = −(η/n) Xᵀ F^s (s < t) lies in the span, so the rest is orthogonal,
+    over the samples, to every F^s = F(u^s; y): the Gaussian block is projected off their column space."""
+    G = torch.randn(n, cols, dtype=torch.float64, generator=generator)
+    if t > 0:
+        y = run["y"][:n].double()
+        Fh = torch.cat([mi.per_sample_F(run["u"][s][:n].double(), y, act) for s in range(t)], 1)  # [n, t·m]
+        Uf, sf, _ = torch.linalg.svd(Fh, full_matrices=False)
+        Uf = Uf[:, sf > 1e-10 * sf.max()]
+        G = G - Uf @ (Uf.T @ G)
+    return G
 
 
 def _lowest_vector(H: torch.Tensor, w: torch.Tensor, generator: torch.Generator, iters: int = 12) -> torch.Tensor:
