@@ -394,6 +394,17 @@ def model(u, device):
     return {"eigs": eigs, "ov": ov, "rank": rank}
 
 
+@model.peak_memory
+def _model_memory(u: dict) -> float:
+    """One DMFT run of 2n paths to the last step (every step's u kept: 2n·m·(T+1) more values), and per draw the
+    data (X and its Gaussian block, 3·n·d values), the gradients of the steps (2·n·T·m) and the dense Hessian with
+    its factor and eigenvalue work (3·(md)²), float64."""
+    d, m, T = u["d"], u["m"], max(u["times"])
+    n = round(u["delta"] * d)
+    return costs.dmft_bytes(_even(2 * n), T, m) + 8.0 * (2 * n * m * (T + 1) + 3 * n * d + 2 * n * T * m
+                                                          + 3 * (m * d) ** 2)
+
+
 # --- the chapter's analysis: figures, the edge table and the claims table (used by the notebook; tested) ----------
 ALPHA_EDGE = 0.05  # family-wise level of the edge test over all panels (Bonferroni)
 TOL_GAP = 0.02  # distance allowed between the lowest GD eigenvalue and the DMFT edge at d = 500 ...
