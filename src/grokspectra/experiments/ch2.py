@@ -501,15 +501,14 @@ def model_test(B, Mo) -> dict:
 
 def model_table(B, Mo) -> str:
     """Per panel: GD's lowest eigenvalue (its hard overlap) beside the matrix model's (mean ± s.d. over its draws,
-    mean overlap), the score and the DMFT density edge (markdown, six columns as the table of lowest eigenvalues)."""
+    mean overlap) and the score (markdown, narrow enough for the page's column)."""
     mt = model_test(B, Mo)
-    rows = [f"| $\\delta$ | $t$ | lowest GD eigenvalue (hard overlap) | model, {mt['R']} draws (overlap) | score | "
-            "edge, DMFT |", "|---|---|---|---|---|---|"]
+    rows = [f"| $\\delta$ | $t$ | GD: $\\lambda_{{\\min}}$ (overlap) | model, {mt['R']} draws | overlap | score |",
+            "|---|---|---|---|---|---|"]
     for i, dl in enumerate(B["deltas"]):
         for j, t in enumerate(B["times"]):
-            rows.append(f"| {dl:g} | {t} | {B['eigs'][i, j, 0]:.4f} ({B['hard'][i, j, 0]:.3f}) | "
-                        f"{mt['mu'][i, j]:.4f} ± {mt['sd'][i, j]:.4f} ({mt['ov'][i, j]:.3f}) | {mt['t'][i, j]:+.1f} | "
-                        f"{B['edge_dens_dmft'][i, j]:.4f} |")
+            rows.append(f"| {dl:g} | {t} | {B['eigs'][i, j, 0]:.4f} ({B['hard'][i, j, 0]:.2f}) | "
+                        f"{mt['mu'][i, j]:.4f} ± {mt['sd'][i, j]:.4f} | {mt['ov'][i, j]:.2f} | {mt['t'][i, j]:+.1f} |")
     return "\n".join(rows)
 
 
