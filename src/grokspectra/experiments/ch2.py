@@ -700,18 +700,18 @@ def claims(B, C, Mo=None) -> list:
             f"{_nanabsmax(e['d_ov']):.3f} ({int(e['out'].sum())} panels)",
             bool(_nanabsmax(e["d_out"]) <= t_ev and _nanabsmax(e["d_ov"]) <= t_ov),
             f"tolerances {t_ev:.4f} and {t_ov:.3f} (∝ $d^{{-1/2}}$)"))
+    model_claim = ("lowest GD eigenvalue as in the theory's matrix model of the same size",
+                   "this book: DMFT law, finite-rank couplings and Gaussian rest", "one more draw")
     if Mo is not None and not model_matches(B, Mo):
         rows.append(Claim(
-            "lowest GD eigenvalue as in the theory's matrix model of the same size",
-            "this book: DMFT law, finite-rank couplings and Gaussian rest", "one more draw", "–", None,
+            *model_claim, "–", None,
             f"not comparable: the model is drawn at $d$ = {Mo.meta['params']['d']}, the GD runs shown at "
             f"$d$ = {p['d']}"))
     elif Mo is not None:
         mt = model_test(B, Mo)
         i, j = mt["closest"]
         rows.append(Claim(
-            "lowest GD eigenvalue as in the theory's matrix model of the same size",
-            "this book: DMFT law, finite-rank couplings and Gaussian rest", "one more draw",
+            *model_claim,
             f"largest score {abs(mt['t'][i, j]):.1f} (δ = {float(B['deltas'][i]):g}, $t$ = {int(B['times'][j])})",
             bool((mt["ratio"] <= 1).all()),
             f"bound {mt['bound']:.1f} (Student $t$, {mt['R']} draws per panel, {100 * ALPHA_EDGE:.0f} % "
