@@ -9,6 +9,10 @@
 #                                             # the tree restored (a rehearsal before results-ahead is complete)
 #   IN_CLONE=1 PY=/work/main/.venv/bin/python CHECK_ONLY=1 bash scripts/move_ahead.sh   # the rehearsal in a clone,
 #                                             # beside the sweep running in the main checkout
+#   PARTIAL=ch3.dnn bash scripts/move_ahead.sh   # move while that experiment is still partial (every stored unit
+#                                             # current, some missing): its checkpoints move too, and
+#                                             # `bash scripts/sweep_and_commit.sh ch3.dnn` then finishes it in
+#                                             # results/paper with main's code, resuming the cell in progress
 set -eu
 cd "$(dirname "$0")/.."
 REVERT=${REVERT:-c280f3b}   # the commit that reverted the switch (commit 66e7cb98ca)
@@ -28,10 +32,14 @@ for e in $EXPS; do
   rm -rf "results/paper/ch3.$e"
   git mv "results-ahead/paper/ch3.$e" "results/paper/ch3.$e"
 done
+if [ -n "${PARTIAL:-}" ] && [ -d "results-ahead/paper/.checkpoints/$PARTIAL" ]; then
+  mkdir -p results/paper/.checkpoints
+  git mv "results-ahead/paper/.checkpoints/$PARTIAL" "results/paper/.checkpoints/$PARTIAL"
+fi
 git rm -r -q --ignore-unmatch results-ahead/paper/.checkpoints
 status=$("$PY" -m grokspectra status --profile paper)
 echo "$status"
-bad=$(echo "$status" | awk '$2 ~ /^[0-9]+\/[0-9]+$/ && $3 != "current"')
+bad=$(echo "$status" | awk -v partial="${PARTIAL:-}" '$2 ~ /^[0-9]+\/[0-9]+$/ && $3 != "current" && !($1 == partial && $3 == "partial")')
 if [ -n "$bad" ]; then
   echo "move_ahead: not every experiment is current after the move:" >&2
   echo "$bad" >&2
@@ -39,5 +47,5 @@ if [ -n "$bad" ]; then
   exit 1
 fi
 if [ -n "${CHECK_ONLY:-}" ]; then echo "move_ahead: CHECK_ONLY, every experiment current; the tree is restored"; restore; exit 0; fi
-git commit -q -m "ch3 moves to the factored DMFT engine: the revert of 66e7cb98ca reverted, its paper profile moved from results-ahead/paper to results/paper"
+git commit -q -m "ch3 moves to the factored DMFT engine: the revert of 66e7cb98ca reverted, its paper profile moved from results-ahead/paper to results/paper${PARTIAL:+ ($PARTIAL still partial: its sweep finishes it there)}"
 echo "move_ahead: committed $(git rev-parse --short HEAD)"
