@@ -280,3 +280,24 @@ def test_a_change_at_rounding_level_stays_at_rounding_level(act, m, eta):
         moved[f.__name__] = max(((a[k] - b[k]).abs().max() / a[k].abs().max()).item() for k in ("Q", "R_F", "test"))
     assert moved["run_dmft_factored"] <= 1e-6, moved
     assert moved["run_dmft"] > 1e-6, moved
+
+
+def test_a_conditional_variance_within_the_cuts_reach_is_not_an_error():
+    """At the δ_NN grid's upper end (Quad, m = 1, η = 0.1, δ = 32, 60 steps) the history covariance is singular to
+    machine precision within 8 steps and a conditional variance comes out at −2·10⁻⁸ of the largest variance:
+    rounding carried through the factor's cut, not a breakdown (Q_⊥ is positive semidefinite by construction). The
+    engine runs the 60 steps; the earlier bound, FACTOR_CUT² of the largest variance, stopped it there and made
+    chapter 3's Quad-toy cell a "DMFT breakdown". A row of Q_⊥ inconsistent with the factor beyond the cut's reach
+    ((t+1)·m·FACTOR_CUT² of the history's largest eigenvalue) is still an error, and one within it gives a zero pivot."""
+    r = dmft.run_dmft_factored("quad", "pr_clip", 32.0, 0.1, 60, 4000, 1, Q0=torch.eye(1, dtype=F64), generator=5)
+    assert torch.isfinite(r["test"]).all() and torch.isfinite(r["Q"]).all()
+    for eps, fails in ((1e-3, True), (1e-9, False)):
+        L = torch.zeros(2, 2, dtype=F64)
+        Q = torch.tensor([[1.0, 1.0], [1.0, 1.0 - eps]], dtype=F64)  # conditional variance of w¹ given w⁰: −eps
+        dmft._factor_row(L, Q, 0, 1)
+        if fails:
+            with pytest.raises(dmft.DMFTError, match="not positive semidefinite"):
+                dmft._factor_row(L, Q, 1, 1)
+        else:
+            dmft._factor_row(L, Q, 1, 1)
+            assert L[1, 1] == 0 and abs(L[1, 0] - 1) < 1e-12

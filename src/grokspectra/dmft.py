@@ -259,7 +259,6 @@ def run_dmft(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int
 
 # --- the engine chapters move to: an incremental factor of the history covariance and the fused response pass ------
 FACTOR_CUT = 1e-4  # singular values of the factor below this fraction of the largest are dropped from its inverse
-PSD_TOL = 1e-8  # a conditional covariance whose eigenvalue is below −PSD_TOL·(largest variance) is an error
 
 
 def _factor_row(L: torch.Tensor, Q: torch.Tensor, t: int, m: int) -> None:
@@ -272,8 +271,12 @@ def _factor_row(L: torch.Tensor, Q: torch.Tensor, t: int, m: int) -> None:
     Q_⊥(t, t) − L_t,<t L_t,<tᵀ with pivots below FACTOR_CUT² of the largest variance set to 0. While the history
     covariance is well conditioned this is the Cholesky factor :func:`run_dmft` uses, row for row. Refactoring the whole covariance each step instead, as
     :func:`run_dmft` does, leaves which late-step sample a run draws to rounding (chapter 3, *Reproducibility of the
-    recursion*). Raises :class:`DMFTError` when Q_⊥ is non-finite or the conditional covariance is negative beyond
-    :data:`PSD_TOL`."""
+    recursion*). Raises :class:`DMFTError` when Q_⊥ is non-finite or a conditional variance is negative beyond what the
+    cut can leave unaccounted: (t+1)·m directions, each up to FACTOR_CUT² of the history's largest eigenvalue.
+    Q_⊥ = A Q_⊥(0,0) Aᵀ + B (δ C_F) Bᵀ is positive semidefinite by construction (C_F is a Gram matrix over the paths),
+    so a negative conditional variance is numerical: measured down to −2.1 FACTOR_CUT²·λ_max at the δ_NN grid's 60
+    steps (Quad, m = 4, δ = 12), where a bound of FACTOR_CUT² times the largest *variance* (2·10⁻⁸ against −3·10⁻⁷)
+    stopped healthy runs at δ = 24–32."""
     r = slice(t * m, (t + 1) * m)
     Qrow = Q[r, : (t + 1) * m]
     scale = torch.diagonal(Q[: (t + 1) * m, : (t + 1) * m]).abs().max()
@@ -288,12 +291,15 @@ def _factor_row(L: torch.Tensor, Q: torch.Tensor, t: int, m: int) -> None:
         L[r, : t * m] = X
         S = S - X @ X.T
     S, sc = S.cpu().tolist(), scale.item()
+    lam = max(sc, sv[0].item() ** 2) if t > 0 else sc  # the history's largest eigenvalue (L's largest singular value²)
+    tol = (t + 1) * m * FACTOR_CUT ** 2 * lam
     D = [[0.0] * m for _ in range(m)]  # Cholesky of S with its pivots clipped: columns of a pivot ≤ the cut stay 0
     for j in range(m):
         d = S[j][j] - sum(D[j][i] ** 2 for i in range(j))
-        if d < -PSD_TOL * sc:
+        if d < -tol:
             raise DMFTError(f"covariance of w^0..w^{t} is not positive semidefinite (the conditional variance of "
-                            f"w^{t}_{j} is {d:.3e}, variances up to {sc:.3e}); {hint}")
+                            f"w^{t}_{j} is {d:.3e}, below −{tol:.1e}, what the factor's cut can leave unaccounted; "
+                            f"variances up to {sc:.3e}); {hint}")
         if d > FACTOR_CUT ** 2 * sc:
             D[j][j] = d ** 0.5
             for i in range(j + 1, m):
