@@ -486,7 +486,7 @@ def test_a_unit_interrupted_mid_way_resumes_from_its_checkpoint(tmp_path, monkey
                            "dnn_reps": 2, "dnn_rtol": 0.3, "dnn_lo": 2.0, "dnn_hi": 32.0})
     unit = e.units(e.params(P))[0]
     whole = e.fn(dict(unit), "cpu")  # uninterrupted, no checkpoint
-    real, calls = dmft.run_dmft, []
+    real, calls = dmft.run_dmft_factored, []
 
     def counting(*a, limit=None, **k):
         calls.append(1)
@@ -495,12 +495,12 @@ def test_a_unit_interrupted_mid_way_resumes_from_its_checkpoint(tmp_path, monkey
         return real(*a, **k)
 
     ck = tmp_path / "unit.json"
-    monkeypatch.setattr(dmft, "run_dmft", lambda *a, **k: counting(*a, limit=3, **k))
+    monkeypatch.setattr(dmft, "run_dmft_factored", lambda *a, **k: counting(*a, limit=3, **k))
     with pytest.raises(KeyboardInterrupt):
         sweep._compute(e.name, e.code(), unit, "cpu", None, str(ck))
     assert len(json.loads(ck.read_text())["entries"]) == 3 and sweep._CKPT is None
     calls.clear()
-    monkeypatch.setattr(dmft, "run_dmft", lambda *a, **k: counting(*a, **k))
+    monkeypatch.setattr(dmft, "run_dmft_factored", lambda *a, **k: counting(*a, **k))
     again, wall, _ = sweep._compute(e.name, e.code(), unit, "cpu", None, str(ck))
     assert len(calls) == int(whole["dmft_runs"]) - 3 and int(again["dmft_runs"]) == int(whole["dmft_runs"])
     assert np.array_equal(again["cell"], whole["cell"], equal_nan=True)

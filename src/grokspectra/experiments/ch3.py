@@ -196,7 +196,7 @@ def outliers(u, device):
             for tag, kw in (("anti", dict(antithetic=True)),
                             ("seeded", dict(antithetic=True, M0=[[d ** -0.5] * m])),
                             ("plain", dict(antithetic=False))):
-                r = dmft.run_dmft(act, lk, dl, eta, t, N, m, keep=[t], device=device, generator=u["dmft_seed"], **kw)
+                r = dmft.run_dmft_factored(act, lk, dl, eta, t, N, m, keep=[t], device=device, generator=u["dmft_seed"], **kw)
                 out[tag] = np.array(_outlier_row(*_law(r, t, act, lk), dl))
                 mt.append(float(r["M"][t].abs().max()))
         out["M"] = np.array(mt)
@@ -243,7 +243,7 @@ def _dnn_cell(act, m, link, scale, times, p, eta, device, seed):
         key = f"{round(delta, 12)!r}|{n}|{rep}"
         if key not in vals:
             def compute():
-                r = dmft.run_dmft(act, lk, delta, eta, max(times), _even(n), m, Q0=scale * np.eye(m), keep=times,
+                r = dmft.run_dmft_factored(act, lk, delta, eta, max(times), _even(n), m, Q0=scale * np.eye(m), keep=times,
                                   device=device, generator=seed + 7919 * rep + 13 * n)
                 out = []
                 for t in times:
@@ -455,7 +455,7 @@ def linear(p, device):
     with dmft.reuse_memory():  # successive DMFT runs share one χ array (no fresh page faults per run)
         Ms = []
         for dl in p["lin_deltas"]:
-            r = dmft.run_dmft("quad", "pr_clip", dl, 0.1, p["lin_T"], _even(p["lin_N"]), 1, M0=[[1e-3]],
+            r = dmft.run_dmft_factored("quad", "pr_clip", dl, 0.1, p["lin_T"], _even(p["lin_N"]), 1, M0=[[1e-3]],
                               device=device, generator=p["seed"] + 31)
             Ms.append(r["M"][:, 0, 0].abs().cpu().numpy())
         return {"deltas": np.array(p["lin_deltas"]), "M": np.array(Ms)}
@@ -499,7 +499,7 @@ def settle(p, device):
         for il, lam in enumerate(p["settle_lams"]):
             Qr, trr, er = [], [], []
             for rep in range(2):
-                r = dmft.run_dmft("quad", lk, p["settle_delta"], p["eta_quad"], T, N, 1, lam=lam, keep=times,
+                r = dmft.run_dmft_factored("quad", lk, p["settle_delta"], p["eta_quad"], T, N, 1, lam=lam, keep=times,
                                   device=device, generator=p["seed"] + 101 + 7919 * rep)
                 Qr.append(r["Qperp"][:, 0, 0].cpu().numpy())
                 trr.append(r["train"].cpu().numpy())
@@ -522,7 +522,7 @@ def lin_rate(delta: float, T: int, N: int, rep: int, *, eta: float, seed: int, d
     direction still grows at T (unstable); c < 0: it decays. Linear in M (no logarithm of an overlap that may
     pass through 0), so its Monte-Carlo noise is additive. The paths depend on (N, rep, seed) only, not on δ
     (common random numbers), so that one replicate's c is a smooth function of δ."""
-    r = dmft.run_dmft("quad", "pr_clip", delta, eta, T, _even(N), 1, M0=[[1e-3]], device=device,
+    r = dmft.run_dmft_factored("quad", "pr_clip", delta, eta, T, _even(N), 1, M0=[[1e-3]], device=device,
                       generator=seed + 7919 * rep + 13 * N)
     M = r["M"][:, 0, 0].cpu().numpy()
     return float((M[T] - M[T // 2]) / 1e-3)
@@ -640,7 +640,7 @@ def limit(u, device):
         crit, edge = [], []
         for rep in range(u["reps"]):
             def compute(rep=rep):
-                r = dmft.run_dmft("quad", lk, u["delta"], u["eta"], max(times), N, 1, Q0=np.eye(1), keep=times,
+                r = dmft.run_dmft_factored("quad", lk, u["delta"], u["eta"], max(times), N, 1, Q0=np.eye(1), keep=times,
                                   device=device, generator=u["seed"] + 31 + 7919 * rep + 13 * N)
                 rows = []
                 for t in times:
