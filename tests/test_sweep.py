@@ -708,11 +708,11 @@ def test_dmft_bytes_bounds_the_measured_peak(N, T, m):
             return next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith(key + ":"))
 
         torch.set_num_threads(1)
-        dmft.run_dmft("quad", "pr_clip", 6.0, 0.1, 3, 200, {m}, keep=[3], generator=0)  # warm-up
+        dmft.run_dmft_factored("quad", "pr_clip", 6.0, 0.1, 3, 200, {m}, keep=[3], generator=0)  # warm-up
         open("/proc/self/clear_refs", "w").write("5")  # reset VmHWM to the current resident memory
         base = status("VmRSS")
-        dmft.run_dmft("quad", "pr_clip", 6.0, 0.1 * {m}, {T}, {N}, {m}, keep=[{T // 2}, {T}], Q0=np.eye({m}),
-                      generator=0)
+        dmft.run_dmft_factored("quad", "pr_clip", 6.0, 0.1 * {m}, {T}, {N}, {m}, keep=[{T // 2}, {T}],
+                               Q0=np.eye({m}), generator=0)
         print(status("VmHWM") - base)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
@@ -799,7 +799,7 @@ def test_dnn_gap_sentence_names_cells_too_large_for_this_device(tmp_path, monkey
 
 
 def test_every_experiment_that_runs_the_dmft_has_a_memory_model():
-    """The DMFT's path responses grow as N·m²·T²: every experiment whose units reach ``dmft.run_dmft`` (found on
+    """The DMFT's path responses grow as N·m²·T²: every experiment whose units reach ``dmft.run_dmft_factored`` (found on
     its call graph, as the code version finds it) registers a peak-memory model, so that no sweep of it can start a
     unit its device cannot hold; and each model gives a finite, positive estimate for a unit of the paper profile."""
     reach = [e for e in ex.REGISTRY.values() if any("run_dmft" in k for k in version.dependencies([e.fn]))]
