@@ -1,29 +1,41 @@
 #!/usr/bin/env bash
-# Chapter 3's paper profile computed ahead with the factored DMFT engine, so that the chapter moves to it without
-# ever showing CI-scale results in between (README, "Chapter 3's move to the factored engine").
+# Paper profiles computed ahead of a code change, so that the chapters it touches move to it without ever showing
+# CI-scale results in between (README, "The DMFT engine, and how a chapter moves to new code").
 #
-# Commit AHEAD on main switches chapter 3's DMFT runs to dmft.run_dmft_factored; the commit after it reverts that
-# switch until its results exist. This script runs the sweeps with AHEAD's code (a detached worktree, TREE) into
-# results-ahead/paper, and commits each finished batch of units on main as it lands; the units' records name
-# AHEAD's commit. Resumable: run it again in a later session, and it goes on where the last one stopped.
+# A commit range on main makes the change, ending at AHEAD; the commit after it reverts the range until the results
+# exist. This script runs the sweeps with AHEAD's code (a detached worktree, TREE) into results-ahead/paper, and
+# commits each finished batch of units on main as it lands; the units' records name AHEAD's commit. Resumable: run it
+# again in a later session, and it goes on where the last one stopped.
 #
-#   bash scripts/compute_ahead.sh                    # every ch3 experiment that runs the DMFT, cheapest first
+#   bash scripts/compute_ahead.sh                    # every experiment whose code version AHEAD changes, in
+#                                                    #   chapter order, the long ones (LAST) at the end
 #   bash scripts/compute_ahead.sh ch3.dnn            # one of them
+#   CHANGED=1 bash scripts/compute_ahead.sh          # the experiments whose code version differs from main's
 #   STATUS=1 bash scripts/compute_ahead.sh           # how far it is (`status` of that store, AHEAD's code)
 #
-# The move, when STATUS says the six ch3 experiments below current, is `bash scripts/move_ahead.sh`: `git revert <the revert of AHEAD>`,
-# `git rm -r -q results/paper/ch3.{settle,linear,dlin,outliers,limit,dnn}`, `git mv` each results-ahead/paper/ch3.*
-# to results/paper/, then `python -m grokspectra status --profile paper` must say every experiment current. It will
-# not if a function on chapter 3's call graph (dmft.run_dmft_factored, chi_kernel, spectral, hessian, multiindex, the
-# ch3 experiments, params/paper.yaml's ch3 entries) changed on main in between: such a change restarts this sweep.
+# The move, when STATUS says them current, is `bash scripts/move_ahead.sh` (it reverts the revert and moves every
+# experiment found in results-ahead/paper to results/paper). Until then, a change on main to the call graph of one of
+# these experiments restarts its sweep: main's results would no longer be current with AHEAD's code after the move.
 set -eu
 cd "$(dirname "$0")/.."
-AHEAD=${AHEAD:-66e7cb98ca}
+AHEAD=${AHEAD:-dc7bcc9}
 TREE=${TREE:-../ahead-$AHEAD}
 PY=${PY:-$PWD/.venv/bin/python}
 [ -d "$TREE" ] || git worktree add -q --detach "$TREE" "$AHEAD"
-export PY PYTHONPATH="$(cd "$TREE" && pwd)/src" GROKSPECTRA_STORE="$PWD/results-ahead" COMMIT_PATH=results-ahead/paper
+TREE=$(cd "$TREE" && pwd)
+codes() {  # name code-version, one line per experiment, for the tree $1
+  PYTHONPATH="$1/src" OMP_NUM_THREADS=1 "$PY" -c 'from grokspectra import experiments as ex
+ex.load_chapters()
+for n, e in sorted(ex.REGISTRY.items()): print(n, e.code())'
+}
+changed() {
+  join <(codes "$TREE") <(codes "$PWD") -a 1 | awk 'NF == 2 || $2 != $3 {print $1}'
+}
+if [ -n "${CHANGED:-}" ]; then changed; exit 0; fi
+export PY PYTHONPATH="$TREE/src" GROKSPECTRA_STORE="$PWD/results-ahead" COMMIT_PATH=results-ahead/paper
 if [ -n "${STATUS:-}" ]; then exec "$PY" -m grokspectra status --profile paper; fi
-for target in ${*:-ch3.settle ch3.linear ch3.dlin ch3.outliers ch3.limit ch3.dnn}; do
+LAST=${LAST:-ch3.dnn}  # the longest sweeps, after every other (their units take minutes to hours each)
+targets=${*:-$(changed | sort -V | grep -vxF -f <(tr ' ' '\n' <<< "$LAST"); changed | grep -xF -f <(tr ' ' '\n' <<< "$LAST"))}
+for target in $targets; do
   bash scripts/sweep_and_commit.sh "$target"
 done

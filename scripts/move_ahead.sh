@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Chapter 3's move to the factored DMFT engine, once scripts/compute_ahead.sh has computed its paper profile
-# (README, "Chapter 3's move to the factored DMFT engine"). In one commit: the revert of the engine switch is
-# reverted, the run_dmft results of the six experiments that run the DMFT leave results/paper, and results-ahead's
-# take their place. Then `status --profile paper` must report every experiment current, or nothing is committed.
+# The move of chapters to a code change once scripts/compute_ahead.sh has computed their paper profiles (README, "The
+# DMFT engine, and how a chapter moves to new code"). In one commit: the revert of the change is reverted, and every
+# experiment found in results-ahead/paper replaces its results in results/paper. Then `status --profile paper` must
+# report every experiment current, or nothing is committed.
 #
 #   bash scripts/move_ahead.sh            # the move, checked, then committed
 #   CHECK_ONLY=1 bash scripts/move_ahead.sh   # the move in the working tree and the status check; nothing committed,
@@ -12,25 +12,25 @@
 #   PARTIAL=ch3.dnn bash scripts/move_ahead.sh   # move while that experiment is still partial (every stored unit
 #                                             # current, some missing): its checkpoints move too, and
 #                                             # `bash scripts/sweep_and_commit.sh ch3.dnn` then finishes it in
-#                                             # results/paper with main's code, resuming the cell in progress
+#                                             # results/paper with main's code, resuming the unit in progress
 set -eu
 cd "$(dirname "$0")/.."
-REVERT=${REVERT:-c280f3b}   # the commit that reverted the switch (commit 66e7cb98ca)
+REVERT=${REVERT:-db9e965}   # the commit that reverted the change (b0206b3..dc7bcc9)
 PY=${PY:-$PWD/.venv/bin/python}
 export PYTHONPATH="$PWD/src"
-EXPS="settle linear dlin outliers limit dnn"
 [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "move_ahead: the working tree has changes; commit or stash them first" >&2; exit 2; }
-if [ -z "${IN_CLONE:-}" ] && pgrep -f "compute_ahead.sh|grokspectra run ch3" > /dev/null; then
-  echo "move_ahead: a ch3 sweep is still running; stop it first" >&2; exit 2
+if [ -z "${IN_CLONE:-}" ] && pgrep -f "compute_ahead.sh|grokspectra run" > /dev/null; then
+  echo "move_ahead: a sweep is still running; stop it first" >&2; exit 2
 fi
+EXPS=$(cd results-ahead/paper 2>/dev/null && ls -d */ 2>/dev/null | tr -d / || true)
+[ -n "$EXPS" ] || { echo "move_ahead: nothing in results-ahead/paper" >&2; exit 1; }
 start=$(git rev-parse HEAD)
 restore() { git reset -q --hard "$start"; }
 git revert --no-commit "$REVERT"
 for e in $EXPS; do
-  [ -d "results-ahead/paper/ch3.$e" ] || { echo "move_ahead: results-ahead/paper/ch3.$e is missing" >&2; restore; exit 1; }
-  git rm -r -q "results/paper/ch3.$e"
-  rm -rf "results/paper/ch3.$e"
-  git mv "results-ahead/paper/ch3.$e" "results/paper/ch3.$e"
+  if [ -d "results/paper/$e" ]; then git rm -r -q "results/paper/$e"; rm -rf "results/paper/$e"; fi
+  mkdir -p results/paper
+  git mv "results-ahead/paper/$e" "results/paper/$e"
 done
 if [ -n "${PARTIAL:-}" ] && [ -d "results-ahead/paper/.checkpoints/$PARTIAL" ]; then
   mkdir -p results/paper/.checkpoints
@@ -47,5 +47,5 @@ if [ -n "$bad" ]; then
   exit 1
 fi
 if [ -n "${CHECK_ONLY:-}" ]; then echo "move_ahead: CHECK_ONLY, every experiment current; the tree is restored"; restore; exit 0; fi
-git commit -q -m "ch3 moves to the factored DMFT engine: the revert of 66e7cb98ca reverted, its paper profile moved from results-ahead/paper to results/paper${PARTIAL:+ ($PARTIAL still partial: its sweep finishes it there)}"
+git commit -q -m "The DMFT engine change moves to main: its revert ($REVERT) reverted, the paper profiles computed with it moved from results-ahead/paper to results/paper ($(echo $EXPS | wc -w) experiments)${PARTIAL:+; $PARTIAL still partial: its sweep finishes it there}"
 echo "move_ahead: committed $(git rev-parse --short HEAD)"
