@@ -2,7 +2,8 @@
 # The move of chapters to a code change once scripts/compute_ahead.sh has computed their paper profiles (README, "The
 # DMFT engine, and how a chapter moves to new code"). In one commit: the revert of the change is reverted, and every
 # experiment found in results-ahead/paper replaces its results in results/paper. Then `status --profile paper` must
-# report every experiment current, or nothing is committed.
+# report every experiment current, or nothing is committed. Edits to the change made after its revert (a test, the
+# chapter's prose) wait in scripts/move_ahead.d/*.patch, diffs against the change's tree, applied in the same commit.
 #
 #   bash scripts/move_ahead.sh            # the move, checked, then committed
 #   CHECK_ONLY=1 bash scripts/move_ahead.sh   # the move in the working tree and the status check; nothing committed,
@@ -27,6 +28,12 @@ EXPS=$(cd results-ahead/paper 2>/dev/null && ls -d */ 2>/dev/null | tr -d / || t
 start=$(git rev-parse HEAD)
 restore() { git reset -q --hard "$start"; }
 git revert --no-commit "$REVERT"
+# edits to the change that came after its revert (tests, prose; never code a result depends on): patches against it
+for p in scripts/move_ahead.d/*.patch; do
+  [ -e "$p" ] || continue
+  git apply --index "$p" || { echo "move_ahead: $p does not apply" >&2; restore; exit 1; }
+done
+git rm -r -q --ignore-unmatch scripts/move_ahead.d
 for e in $EXPS; do
   if [ -d "results/paper/$e" ]; then git rm -r -q "results/paper/$e"; rm -rf "results/paper/$e"; fi
   mkdir -p results/paper
