@@ -23,15 +23,17 @@ export PYTHONPATH="$PWD/src"
 if [ -z "${IN_CLONE:-}" ] && pgrep -f "compute_ahead.sh|grokspectra run" > /dev/null; then
   echo "move_ahead: a sweep is still running; stop it first" >&2; exit 2
 fi
-EXPS=$(cd results-ahead/paper 2>/dev/null && ls -d */ 2>/dev/null | tr -d / || true)
+# the experiments with stored units there (a sweep just started leaves an empty directory)
+EXPS=$(cd results-ahead/paper 2>/dev/null && for d in */; do [ -n "$(git ls-files "$d" | head -1)" ] && echo "${d%/}"; done || true)
 [ -n "$EXPS" ] || { echo "move_ahead: nothing in results-ahead/paper" >&2; exit 1; }
 start=$(git rev-parse HEAD)
 restore() { git reset -q --hard "$start"; }
+trap 'echo "move_ahead: failed; the tree is restored" >&2; restore' ERR
 git revert --no-commit "$REVERT"
 # edits to the change that came after its revert (tests, prose; never code a result depends on): patches against it
 for p in scripts/move_ahead.d/*.patch; do
   [ -e "$p" ] || continue
-  git apply --index "$p" || { echo "move_ahead: $p does not apply" >&2; restore; exit 1; }
+  git apply --index "$p"
 done
 git rm -r -q --ignore-unmatch scripts/move_ahead.d
 for e in $EXPS; do
@@ -50,9 +52,9 @@ bad=$(echo "$status" | awk -v partial="${PARTIAL:-}" '$2 ~ /^[0-9]+\/[0-9]+$/ &&
 if [ -n "$bad" ]; then
   echo "move_ahead: not every experiment is current after the move:" >&2
   echo "$bad" >&2
-  restore
+  trap - ERR; restore
   exit 1
 fi
-if [ -n "${CHECK_ONLY:-}" ]; then echo "move_ahead: CHECK_ONLY, every experiment current; the tree is restored"; restore; exit 0; fi
+if [ -n "${CHECK_ONLY:-}" ]; then echo "move_ahead: CHECK_ONLY, every experiment current; the tree is restored"; trap - ERR; restore; exit 0; fi
 git commit -q -m "The DMFT engine change moves to main: its revert ($REVERT) reverted, the paper profiles computed with it moved from results-ahead/paper to results/paper ($(echo $EXPS | wc -w) experiments)${PARTIAL:+; $PARTIAL still partial: its sweep finishes it there}"
 echo "move_ahead: committed $(git rev-parse --short HEAD)"
