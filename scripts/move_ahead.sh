@@ -29,7 +29,8 @@ EXPS=$(cd results-ahead/paper 2>/dev/null && for d in */; do [ -n "$(git ls-file
 start=$(git rev-parse HEAD)
 restore() { git reset -q --hard "$start"; }
 trap 'echo "move_ahead: failed; the tree is restored" >&2; restore' ERR
-git revert --no-commit "$REVERT"
+# where main edited lines the change also edits (the README's account of the move), the change's version wins
+git revert --no-commit -X theirs "$REVERT"
 # edits to the change that came after its revert (tests, prose; never code a result depends on): patches against it
 for p in scripts/move_ahead.d/*.patch; do
   [ -e "$p" ] || continue
