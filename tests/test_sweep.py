@@ -901,3 +901,34 @@ def test_gd_hessian_bytes_bounds_the_measured_peak(student, d, delta, R):
     assert out.returncode == 0, out.stderr
     measured, model = float(out.stdout.split()[-1]), ch3.outliers.memory_of(u)
     assert 0.8 * model <= measured <= 1.0 * model, (measured, model)
+
+
+def test_dnn_breakdowns_flags_cells_that_break_down_only_with_the_new_code(tmp_path):
+    """``scripts/dnn_breakdowns.py`` (move_ahead's check before chapter 3 moves to new code): a cell stored as "DMFT
+    breakdown" in the new store where the old one bisected is named and fails the check; one that breaks down in both,
+    or only in the old store, or exists in one store only, does not."""
+    from grokspectra.experiments.ch3 import BISECT_STATUS
+
+    brk, ok = BISECT_STATUS.index("DMFT breakdown"), BISECT_STATUS.index("bisected")
+
+    def put(root, key, cell, status):
+        d = root / "ch3.dnn"
+        d.mkdir(parents=True, exist_ok=True)
+        act, m, link, scale = cell
+        (d / f"{key}.json").write_text(json.dumps({"params": {"act": act, "m": m, "link": link, "scale": scale}}))
+        row = [np.nan] * 7 + [status]
+        np.savez(d / f"{key}.npz", cell=np.array([row, row]))
+
+    new, old = tmp_path / "new", tmp_path / "old"
+    cells = [("quad", 1, "pr_clip", 1.0), ("quad", 1, "pr", 1.0), ("gelu", 2, "pr", 0.25), ("gelu", 4, "pr", 1.0)]
+    for i, (c, s_new, s_old) in enumerate(zip(cells, (brk, brk, ok, ok), (ok, brk, brk, ok))):
+        put(new, f"k{i}", c, s_new)
+        put(old, f"k{i}", c, s_old)
+    put(new, "only", ("quad", 4, "pr", 1.0), brk)
+    script = Path(__file__).resolve().parents[1] / "scripts" / "dnn_breakdowns.py"
+    out = subprocess.run([sys.executable, str(script), str(new), str(old)], capture_output=True, text=True, env=ENV)
+    assert out.returncode == 1, out.stderr
+    assert "act=quad, m=1, link=pr_clip, scale=1.0" in out.stdout and out.stdout.count("DMFT breakdown in") == 1
+    assert "1 of 4 common cells" in out.stdout
+    back = subprocess.run([sys.executable, str(script), str(old), str(new)], capture_output=True, text=True, env=ENV)
+    assert back.returncode == 1 and "act=gelu, m=2, link=pr, scale=0.25" in back.stdout
