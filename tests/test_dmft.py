@@ -292,3 +292,47 @@ def test_chapter3_rounding_check_reports_what_the_engine_guarantees():
 
     table = ch3.rounding_table(R(out)).splitlines()
     assert len(table) == 2 + 4 and table[3].startswith("| quad, m = 2 | 0.2 |")
+
+
+@pytest.mark.parametrize("act,eta", [("quad", 0.1), ("gelu", 1.0)])
+def test_the_dnn_grids_students_run_at_the_brackets_upper_end(act, eta):
+    """Every student of chapter 3's δ_NN grid (m = 1, 2, 4 × its three links, step η·m) runs the grid's 60 steps at
+    the bracket's upper end, δ = 32, where the history covariance turns singular fastest. A bound on negative
+    conditional variances tighter than the factor's cut can honour broke every Quad cell's bracket there: 11 of the
+    grid's first 30 cells computed with it on 7 December were stored as "DMFT breakdown" where the first engine
+    bisected (``test_a_conditional_variance_within_the_cuts_reach_is_not_an_error``)."""
+    for m in (1, 2, 4):
+        for lk in ("pr_clip", "pr_tanh", "pr"):
+            r = dmft.run_dmft_factored(act, lk, 32.0, eta * m, 60, 2000, m, Q0=torch.eye(m, dtype=F64), generator=5)
+            assert torch.isfinite(r["test"]).all() and torch.isfinite(r["Q"]).all(), (m, lk)
+
+
+def test_per_step_products_match_torch_and_do_not_depend_on_the_thread_count():
+    """``chi_kernel.rows`` (w^t = Σ_s L_{t,s} ξ^s plus the memory term, one pass over each path's histories) and
+    ``chi_kernel.cols`` (C_F(t, ·) summed over the paths) against torch's products on random histories, for m = 1–4
+    and steps from 0 to T: equal to float64 roundoff (10⁻¹², relative to the largest entry; sums of up to 60 terms
+    taken in another order). ``cols`` sums fixed blocks of paths in block order, so one thread and two give the same
+    bits."""
+    from grokspectra import chi_kernel as ck
+
+    if ck.kernel() is None:
+        pytest.skip("the compiled kernel cannot be built here: rows and cols are torch's products")
+    g = torch.Generator().manual_seed(0)
+    for N, m, T in ((1000, 1, 5), (3001, 2, 9), (2500, 3, 7), (4099, 4, 12)):
+        X1, X2 = (torch.randn(N, (T + 1) * m, generator=g, dtype=F64) for _ in range(2))
+        for t in (0, 1, T // 2, T):
+            C1 = torch.randn(m, (t + 1) * m, generator=g, dtype=F64)
+            C2 = torch.randn(m, t * m, generator=g, dtype=F64)
+            want = X1[:, :(t + 1) * m] @ C1.T + X2[:, :t * m] @ C2.T
+            assert (ck.rows(X1, C1, X2, C2) - want).abs().max() <= 1e-12 * want.abs().max(), (N, m, t)
+            F = torch.randn(N, m, generator=g, dtype=F64)
+            want = X2[:, :(t + 1) * m].T @ F
+            got = ck.cols(X2, F, (t + 1) * m)
+            assert (got - want).abs().max() <= 1e-12 * want.abs().max(), (N, m, t)
+            threads = torch.get_num_threads()
+            try:
+                torch.set_num_threads(1)
+                one = ck.cols(X2, F, (t + 1) * m)
+            finally:
+                torch.set_num_threads(threads)
+            assert torch.equal(one, got)

@@ -126,7 +126,8 @@ def run_dmft_factored(act, link, delta: float, eta: float, T: int, N: int, m: in
     late steps do not depend on the order in which sums are rounded (two orders agree to 10⁻⁷ at T = 60, where the
     book's first engine, which refactored the whole history each step, differed by 10⁻²: ``tests/test_dmft.py``),
     and the law the paths realise is the stated one. The response update is one fused pass per step over χ stored
-    in tiles of paths (:mod:`grokspectra.chi_kernel`). The name says "factored" for that history: chapters 1–3's
+    in tiles of paths, and the field, memory term and C_F one pass each over the paths' histories
+    (:mod:`grokspectra.chi_kernel`). The name says "factored" for that history: chapters 1–3's
     stored results name this function in their code versions.
 
     Parameters
@@ -217,11 +218,9 @@ def run_dmft_factored(act, link, delta: float, eta: float, T: int, N: int, m: in
         # 1. w^t = block row t of the factor applied to (ξ^0 … ξ^t)
         _factor_row(Lf, Qp, t, m)
         Xi[:, rows_t] = draw(m)
-        w = Xi[:, : (t + 1) * m] @ Lf[rows_t, : (t + 1) * m].T.to(dtype)
-        # 2. u^t with the memory term Σ_{s<t} F^s B_{t,s}ᵀ
+        # 2. u^t with the memory term Σ_{s<t} F^s B_{t,s}ᵀ, in the same pass over the paths' histories
         Brow = B[t, :t].permute(1, 0, 2).reshape(m, t * m).to(dtype)  # [a, (s, b)] = B_{t,s}[a, b]
-        if memory and t > 0:
-            w = w + Fs[:, : t * m] @ Brow.T
+        w = ck.rows(Xi, Lf[rows_t, : (t + 1) * m].to(dtype), Fs, Brow if memory else Brow[:, :0])
         u = z @ M[t].to(dtype) + w
         if memory:
             F, Lval, Jt = per_sample_FLD(u, y, act, a, b, loss, paths_last=True)  # Jt[b, a, n] = D(u^t_n; y_n)[b, a]
@@ -234,7 +233,7 @@ def run_dmft_factored(act, link, delta: float, eta: float, T: int, N: int, m: in
         if memory:
             RF[t, t] = delta * Jt.mean(2).double()
             RF[t, :t] = delta * ck.step(chi, off, off_t, Brow, Jt, t, T).double()
-        cf = (Fs[:, : (t + 1) * m].T @ F).double() / N
+        cf = ck.cols(Fs, F, (t + 1) * m).double() / N
         cf = cf.view(t + 1, m, m).transpose(1, 2)
         CF[t, : t + 1] = cf
         CF[: t + 1, t] = cf.transpose(1, 2)
