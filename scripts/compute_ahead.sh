@@ -18,7 +18,7 @@
 # these experiments restarts its sweep: main's results would no longer be current with AHEAD's code after the move.
 set -eu
 cd "$(dirname "$0")/.."
-AHEAD=${AHEAD:-dc7bcc9}
+AHEAD=${AHEAD:-22359f7}
 TREE=${TREE:-../ahead-$AHEAD}
 PY=${PY:-$PWD/.venv/bin/python}
 [ -d "$TREE" ] || git worktree add -q --detach "$TREE" "$AHEAD"
