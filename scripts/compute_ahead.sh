@@ -33,6 +33,9 @@ changed() {
 }
 if [ -n "${CHANGED:-}" ]; then changed; exit 0; fi
 export PY PYTHONPATH="$TREE/src" GROKSPECTRA_STORE="$PWD/results-ahead" COMMIT_PATH=results-ahead/paper
+# the change's compiled kernels build apart from main's (both are named grokspectra_chi_kernel; one build directory
+# would be rebuilt back and forth, and a process could load the other's library mid-build)
+export TORCH_EXTENSIONS_DIR=${AHEAD_EXTENSIONS_DIR:-$TREE/.torch_extensions}
 if [ -n "${STATUS:-}" ]; then exec "$PY" -m grokspectra status --profile paper; fi
 LAST=${LAST:-ch3.dnn}  # the longest sweeps, after every other (their units take minutes to hours each)
 targets=${*:-$(changed | sort -V | grep -vxF -f <(tr ' ' '\n' <<< "$LAST"); changed | grep -xF -f <(tr ' ' '\n' <<< "$LAST"))}
