@@ -29,6 +29,8 @@ fi
 # the experiments with stored units there (a sweep just started leaves an empty directory)
 EXPS=$(cd results-ahead/paper 2>/dev/null && for d in */; do [ -n "$(git ls-files "$d" | head -1)" ] && echo "${d%/}"; done || true)
 [ -n "$EXPS" ] || { echo "move_ahead: nothing in results-ahead/paper" >&2; exit 1; }
+echo "== how far the change moved each result (scripts/compare_results.py; read it before the move)"
+"$PY" scripts/compare_results.py results-ahead/paper results/paper
 if [ -d results-ahead/paper/ch3.dnn ] && [ -d results/paper/ch3.dnn ] && [ -z "${ALLOW_BREAKDOWNS:-}" ]; then
   "$PY" scripts/dnn_breakdowns.py results-ahead/paper results/paper || {
     echo "move_ahead: δ_NN cells break down with the change where main's code bisected them; explain that first" \

@@ -932,3 +932,24 @@ def test_dnn_breakdowns_flags_cells_that_break_down_only_with_the_new_code(tmp_p
     assert "1 of 4 common cells" in out.stdout
     back = subprocess.run([sys.executable, str(script), str(old), str(new)], capture_output=True, text=True, env=ENV)
     assert back.returncode == 1 and "act=gelu, m=2, link=pr, scale=0.25" in back.stdout
+
+
+def test_compare_results_reports_each_arrays_largest_change_and_moved_nans(tmp_path):
+    """``scripts/compare_results.py`` (printed by move_ahead before a move): units matched by their parameters, per
+    array the largest change relative to the old array's largest entry, and the values NaN in one store only."""
+    def put(root, key, params, **arrays):
+        d = root / "ch9.x"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{key}.json").write_text(json.dumps({"params": params}))
+        np.savez(d / f"{key}.npz", **arrays)
+
+    new, old = tmp_path / "new", tmp_path / "old"
+    put(new, "a1", {"m": 1}, M=np.array([1.0, 2.0 + 1e-9]), cell=np.array([np.nan, 3.0]))
+    put(old, "b1", {"m": 1}, M=np.array([1.0, 2.0]), cell=np.array([1.0, 3.0]))
+    put(new, "a2", {"m": 2}, M=np.array([4.0, 4.0]), cell=np.array([1.0, 1.0]))  # not in the old store
+    script = Path(__file__).resolve().parents[1] / "scripts" / "compare_results.py"
+    out = subprocess.run([sys.executable, str(script), str(new), str(old)], capture_output=True, text=True, env=ENV)
+    assert out.returncode == 0, out.stderr
+    assert "ch9.x: 1 units in both (2 new, 1 old)" in out.stdout
+    assert "M                largest relative change 5.0e-10" in out.stdout
+    assert "cell             largest relative change 0.0e+00; 1 values NaN in one store only" in out.stdout
