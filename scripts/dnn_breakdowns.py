@@ -10,19 +10,20 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from grokspectra.experiments.ch3 import BISECT_STATUS
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_results import units  # noqa: E402  (units of an experiment, keyed by their parameters)
+from grokspectra.experiments.ch3 import BISECT_STATUS, DNN_FIELDS  # noqa: E402
 
 BREAKDOWN = BISECT_STATUS.index("DMFT breakdown")
 
 
 def cells(root: Path) -> dict:
+    """Each cell (act, m, link, scale) of ch3.dnn in the store: whether it broke down at some t."""
     out = {}
-    for f in sorted((root / "ch3.dnn").glob("*.json")):
-        p = json.loads(f.read_text())["params"]
-        with np.load(f.with_suffix(".npz")) as z:
-            out[(p["act"], p["m"], p["link"], p["scale"])] = bool((z["cell"][:, 7] == BREAKDOWN).any())
+    for key, arrays in units(root, "ch3.dnn").items():
+        p = json.loads(key)
+        status = arrays["cell"][:, DNN_FIELDS.index("status")]
+        out[(p["act"], p["m"], p["link"], p["scale"])] = bool((status == BREAKDOWN).any())
     return out
 
 
