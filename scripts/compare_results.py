@@ -5,7 +5,7 @@
 
 Units are matched by their parameters (the code versions differ, so their keys do). For each experiment and array:
 the largest difference relative to the old array's largest entry, over the matched units, and whether NaNs moved
-(a value present in one store and NaN in the other: a breakdown, a cell not reached). Informational: a change of the
+(a value finite in one store and NaN or infinite in the other: a breakdown, a cell not reached). Informational: a change of the
 engine's rounding shows as 10⁻¹⁶–10⁻¹⁰, a change of the law the paths realise as Monte-Carlo-sized differences.
 """
 import json
@@ -34,14 +34,14 @@ def compare(new: Path, old: Path, exp: str) -> list[str]:
             y = b[k].get(n)
             if y is None or y.shape != x.shape or x.dtype.kind != "f":
                 continue
-            nan_moved = int((np.isnan(x) != np.isnan(y)).sum())
-            both = ~(np.isnan(x) | np.isnan(y))
+            nan_moved = int((np.isfinite(x) != np.isfinite(y)).sum())
+            both = np.isfinite(x) & np.isfinite(y)
             scale = np.max(np.abs(y[both])) if both.any() else 0.0
             rel = float(np.max(np.abs(x[both] - y[both])) / scale) if both.any() and scale > 0 else 0.0
             r0, m0 = worst.get(n, (0.0, 0))
             worst[n] = (max(r0, rel), m0 + nan_moved)
     for n, (rel, moved) in sorted(worst.items()):
-        lines.append(f"  {n:<16} largest relative change {rel:.1e}" + (f"; {moved} values NaN in one store only"
+        lines.append(f"  {n:<16} largest relative change {rel:.1e}" + (f"; {moved} values finite in one store only"
                                                                           if moved else ""))
     return lines
 

@@ -936,7 +936,7 @@ def test_dnn_breakdowns_flags_cells_that_break_down_only_with_the_new_code(tmp_p
 
 def test_compare_results_reports_each_arrays_largest_change_and_moved_nans(tmp_path):
     """``scripts/compare_results.py`` (printed by move_ahead before a move): units matched by their parameters, per
-    array the largest change relative to the old array's largest entry, and the values NaN in one store only."""
+    array the largest change relative to the old array's largest entry, and the values finite in one store only."""
     def put(root, key, params, **arrays):
         d = root / "ch9.x"
         d.mkdir(parents=True, exist_ok=True)
@@ -952,4 +952,4 @@ def test_compare_results_reports_each_arrays_largest_change_and_moved_nans(tmp_p
     assert out.returncode == 0, out.stderr
     assert "ch9.x: 1 units in both (2 new, 1 old)" in out.stdout
     assert "M                largest relative change 5.0e-10" in out.stdout
-    assert "cell             largest relative change 0.0e+00; 1 values NaN in one store only" in out.stdout
+    assert "cell             largest relative change 0.0e+00; 1 values finite in one store only" in out.stdout
