@@ -38,7 +38,10 @@ export PY PYTHONPATH="$TREE/src" GROKSPECTRA_STORE="$PWD/results-ahead" COMMIT_P
 export TORCH_EXTENSIONS_DIR=${AHEAD_EXTENSIONS_DIR:-$TREE/.torch_extensions}
 if [ -n "${STATUS:-}" ]; then exec "$PY" -m grokspectra status --profile paper; fi
 LAST=${LAST:-ch3.dnn}  # the longest sweeps, after every other (their units take minutes to hours each)
-targets=${*:-$(changed | sort -V | grep -vxF -f <(tr ' ' '\n' <<< "$LAST"); changed | grep -xF -f <(tr ' ' '\n' <<< "$LAST"))}
+if [ $# -gt 0 ]; then targets="$*"; else
+  all=$(changed | sort -V)  # the two trees' code versions, read once
+  targets="$(grep -vxF -f <(tr ' ' '\n' <<< "$LAST") <<< "$all") $(grep -xF -f <(tr ' ' '\n' <<< "$LAST") <<< "$all")"
+fi
 for target in $targets; do
   bash scripts/sweep_and_commit.sh "$target"
 done
