@@ -493,7 +493,7 @@ def test_dnn_cell_records_a_dmft_breakdown_as_its_outcome(tmp_path, monkeypatch)
 
     def broken(*a, **k):
         raise dmft.DMFTError("covariance of w^0..w^3 is not positive definite")
-    monkeypatch.setattr(ch3.dmft, "run_dmft", broken)
+    monkeypatch.setattr(ch3.dmft, "run_dmft_factored", broken)
     e = ex.find("ch3.dnn")
     monkeypatch.setattr(e, "_code", None)  # the version hashed with the fake must not outlive this test
     base = load_profile("ci", e.section)
