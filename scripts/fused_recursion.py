@@ -1,19 +1,17 @@
 #!/usr/bin/env python
 """Measurement, not engine: the DMFT response recursion as one compiled, fused pass per step (README, *Speed*, `dmft`).
 
-The book's first engine (``dmft.run_dmft``, removed on 7 December 2026 when the last chapter moved to
-``dmft.run_dmft_factored``, which adopted this kernel as ``grokspectra.chi_kernel``) formed, for each s < t,
-K = Σ_p B_{t,p} χ(p, s) with BLAS products and then χ(t, s) = J_t K and R_F(t, s) = δ E χ(t, s) (chapter 1,
-``eq-ch1-sample``). This script times that update, over a whole run of T steps with random B and J of the engine's
-sizes, two ways on the same numbers:
+The engine (``dmft.run_dmft``) forms, for each s < t, K = Σ_p B_{t,p} χ(p, s) with BLAS products and then
+χ(t, s) = J_t K and R_F(t, s) = δ E χ(t, s) (chapter 1, ``eq-ch1-sample``). This script times that update, over a
+whole run of T steps with random B and J of the engine's sizes, two ways on the same numbers:
 
-* ``torch``: the first engine's own loop (χ stored per s as [(p − s, b), (c, n)], products in blocks of 48 rows);
+* ``torch``: the engine's own loop (χ stored per s as [(p − s, b), (c, n)], products in blocks of 48 rows);
 * ``fused``: a C++ kernel (built with torch's ``load_inline``, gcc, -O3 -march=native) that stores χ in tiles of 128
   paths, so that each (s, tile) reads one contiguous block, and does K, J·K and the path sum in one pass per step.
 
 It prints both times, their agreement (relative max difference of R_F) and the bytes the recursion must move against
-a copy bandwidth measured in the same process. It is kept to reproduce the engineering log's numbers of that
-comparison.
+a copy bandwidth measured in the same process. It is kept to reproduce the README's numbers; the engine does not use
+it (adopting it changes every DMFT result's code version: see the README).
 
     .venv/bin/python scripts/fused_recursion.py --T 60 --N 20000 --m 4
 """
@@ -23,7 +21,7 @@ import time
 import torch
 from torch.utils.cpp_extension import load_inline
 
-K_ROWS = 48  # as the first engine's dmft.K_ROWS
+K_ROWS = 48  # as dmft.K_ROWS
 NC = 128
 SRC = r'''
 #include <torch/extension.h>

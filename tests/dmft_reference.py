@@ -1,42 +1,19 @@
-"""The book's first DMFT engine (full square χ layout, one einsum per term, the history covariance refactored by
-Cholesky each step), kept as an independent implementation of the recursion for ``tests/test_dmft.py``: the package's
-engine (``dmft.run_dmft_factored``) must give its numbers where no direction of the history is cut, and the contrast
-it shows at late steps (rounding moves which sample it draws) is why the package's engine factors incrementally.
-Not used by the package."""
+"""The DMFT engine as it stood until 4 December 2026 (full square χ layout), kept as an independent reference for
+``test_dmft.py::test_engine_matches_the_square_layout_reference``. Not used by the package."""
 
 import torch
 
 from grokspectra.device import check_steps
-from grokspectra.dmft import DMFTError, CHECK_EVERY
+from grokspectra.dmft import DMFTError, CHECK_EVERY, _cholesky
 from grokspectra.multiindex import (fresh_latents, link as make_link, make_generator, per_sample_F_and_loss,
                                     per_sample_FLD, risk_from_overlaps)
-
-
-def _cholesky(C: torch.Tensor, t: int) -> torch.Tensor:
-    """Cholesky factor of the covariance of (w^0 … w^t); a relative jitter up to 1e-8 is tried before failing."""
-    scale = torch.diagonal(C).abs().max()
-    for jit in (0.0, 1e-12, 1e-10, 1e-8):
-        L, info = torch.linalg.cholesky_ex(C + jit * scale * torch.eye(C.shape[0], dtype=C.dtype, device=C.device))
-        if int(info) == 0:
-            return L
-    hint = "the step size may be too large for this δ"
-    if not torch.isfinite(C).all():
-        raise DMFTError(f"covariance of w^0..w^{t} has non-finite entries; {hint}")
-    try:
-        ev = torch.linalg.eigvalsh(C)
-    except torch.linalg.LinAlgError:  # eigh itself fails on a badly conditioned C
-        raise DMFTError(f"covariance of w^0..w^{t} is not positive definite (its eigendecomposition fails: "
-                        f"diagonal up to {scale.item():.3e}); {hint}") from None
-    raise DMFTError(f"covariance of w^0..w^{t} is not positive definite (smallest eigenvalue {ev[0].item():.3e}, "
-                    f"largest {ev[-1].item():.3e}); {hint}")
 
 
 def run_dmft_reference(act, link, delta: float, eta: float, T: int, N: int, m: int, k: int | None = None, *, M0=None, Q0=None,
              a=None, b=None, lam: float = 0.0, loss="square", memory: bool = True, antithetic: bool = True,
              keep=(), n_test: int | None = None, device="cpu", dtype=torch.float64, generator=None) -> dict:
-    """The recursion of :func:`grokspectra.dmft.run_dmft_factored` in square layout: the same signature, parameters,
-    returns (without ``factor``) and errors (see its docstring); the paths' χ(p, s) are kept for all p, s in one
-    [T+1, N, m, (T+1)m] array, and w^t is drawn from the Cholesky factor of the whole history, refactored each step."""
+    """The square-layout version of :func:`grokspectra.dmft.run_dmft`: the same signature, parameters, returns and
+    errors (see its docstring); the paths' χ(p, s) are kept for all p, s in one [T+1, N, m, (T+1)m] array."""
     lk = make_link(link)
     k = lk.k if k is None else k
     if k != lk.k:

@@ -185,7 +185,7 @@ def test_caveat_law_keeps_only_the_distinct_half_of_the_antithetic_paths():
     import torch
     from grokspectra import dmft, multiindex as mi
     from grokspectra.experiments import ch2
-    r = dmft.run_dmft_factored("gelu", "pr", 6.0, 2.0, 5, 400, 2, keep=[5], generator=0)
+    r = dmft.run_dmft("gelu", "pr", 6.0, 2.0, 5, 400, 2, keep=[5], generator=0)
     law = r["law"][5]
     G = mi.per_sample_D(law["u"], law["y"], "gelu")
     assert torch.equal(G[:200], G[200:])  # the mirrors duplicate the weights exactly

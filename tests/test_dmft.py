@@ -1,11 +1,9 @@
-"""Tests of the discrete-time DMFT (eq. app-dmft), ``dmft.run_dmft_factored``: agreement with finite-d GD within
-combined standard errors, the memory terms matter, antithetic sampling keeps hard overlaps exactly zero, the
-parameter-side kernels have their exact closed-form entries, the engine gives an independent square-layout
-implementation's numbers (``tests/dmft_reference.py``), and its late steps do not depend on rounding."""
+"""Tests of the discrete-time DMFT (eq. app-dmft): agreement with finite-d GD within combined standard errors, the memory
+terms matter, antithetic sampling keeps hard overlaps exactly zero, and the parameter-side kernels have their exact
+closed-form entries."""
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -25,11 +23,11 @@ def _observables(M, Q, train):
 def dmft_reps():
     """Four independent DMFT replicas (N = 2·10⁴ paths each) with memory, T = 4, and one without memory."""
     T = 4
-    reps = [dmft.run_dmft_factored(SET["act"], SET["link"], SET["delta"], SET["eta"], T, 20000, SET["m"],
-                                   M0=SET["M0"], generator=100 + i) for i in range(4)]
+    reps = [dmft.run_dmft(SET["act"], SET["link"], SET["delta"], SET["eta"], T, 20000, SET["m"], M0=SET["M0"],
+                          generator=100 + i) for i in range(4)]
     obs = torch.stack([_observables(r["M"], r["Q"], r["train"]) for r in reps])
-    off = dmft.run_dmft_factored(SET["act"], SET["link"], SET["delta"], SET["eta"], T, 40000, SET["m"],
-                                 M0=SET["M0"], memory=False, generator=7)
+    off = dmft.run_dmft(SET["act"], SET["link"], SET["delta"], SET["eta"], T, 40000, SET["m"], M0=SET["M0"],
+                        memory=False, generator=7)
     return T, obs, _observables(off["M"], off["Q"], off["train"]), reps[0]
 
 
@@ -81,7 +79,7 @@ def test_first_step_closed_form():
     """At t = 1: Q_⊥(1,1) = A_1 A_1ᵀ + (η²/δ) C_F(0,0) with A_1 = I − η E[D(u⁰)], u⁰ = zM_0 + ξ (eq. app-dmft), and
     u¹ = zM_1 + w¹ − (η/δ) F(u⁰). Recomputed here from the returned sample-side law."""
     eta, delta, m = 1.0, 2.0, 2
-    r = dmft.run_dmft_factored("tanh", "pr_tanh", delta, eta, 1, 20000, m, M0=[[0.4, -0.2]], keep=(0, 1), generator=3)
+    r = dmft.run_dmft("tanh", "pr_tanh", delta, eta, 1, 20000, m, M0=[[0.4, -0.2]], keep=(0, 1), generator=3)
     z, y, u0, u1 = r["z"], r["y"], r["u"][0], r["u"][1]
     F0, _, D0 = mi.per_sample_FLD(u0, y, "tanh")
     A1 = torch.eye(m, dtype=F64) - eta * D0.mean(0)
@@ -98,28 +96,22 @@ def test_antithetic_keeps_hard_overlap_exactly_zero():
     """Phase retrieval from random init: antithetic paths give M_t ≡ 0 to the last bit; plain sampling does not.
     Staircase y = z₁ + z₂²: the easy row is learned, the hard row stays exactly 0."""
     kw = dict(act="gelu", delta=3.0, eta=2.0, T=8, N=8000, m=2)
-    anti = dmft.run_dmft_factored(link="pr", generator=0, **kw)
-    plain = dmft.run_dmft_factored(link="pr", antithetic=False, generator=0, **kw)
+    anti = dmft.run_dmft(link="pr", generator=0, **kw)
+    plain = dmft.run_dmft(link="pr", antithetic=False, generator=0, **kw)
     assert anti["M"].abs().max() == 0
     assert plain["M"][1:].abs().max() > 1e-4
-    st = dmft.run_dmft_factored(link="staircase", generator=0, **kw)
+    st = dmft.run_dmft(link="staircase", generator=0, **kw)
     assert st["M"][:, 1].abs().max() == 0
     assert st["M"][-1, 0].abs().min() > 0.3
 
 
 def test_bad_input_is_a_clear_error():
-    """Bad input and a diverging closure: the closure's blow-up is a DMFTError naming the step (the no-memory closure
-    with a quadratic student at too large a step: its covariance becomes non-finite within 15 steps), not a
-    LinAlgError from a factorisation."""
     with pytest.raises(ValueError, match="even number"):
-        dmft.run_dmft_factored("gelu", "pr", 3.0, 2.0, 2, 101, 2)
+        dmft.run_dmft("gelu", "pr", 3.0, 2.0, 2, 101, 2)
     with pytest.raises(ValueError, match="M0 must have shape"):
-        dmft.run_dmft_factored("gelu", "pr", 3.0, 2.0, 2, 100, 2, M0=[[0.1, 0.2, 0.3]])
+        dmft.run_dmft("gelu", "pr", 3.0, 2.0, 2, 100, 2, M0=[[0.1, 0.2, 0.3]])
     with pytest.raises(ValueError, match="keep steps"):
-        dmft.run_dmft_factored("gelu", "pr", 3.0, 2.0, 2, 100, 2, keep=(5,))
-    with pytest.raises(dmft.DMFTError, match=r"w\^0\.\.w\^\d+"):
-        dmft.run_dmft_factored("quad", "pr_clip", 6.0, 0.2, 40, 400, 2, Q0=torch.eye(2, dtype=F64), memory=False,
-                               generator=0)
+        dmft.run_dmft("gelu", "pr", 3.0, 2.0, 2, 100, 2, keep=(5,))
 
 
 @pytest.mark.parametrize("cfg", [
@@ -128,76 +120,107 @@ def test_bad_input_is_a_clear_error():
     dict(act="gelu", link="pr", delta=4.0, eta=1.0, T=7, N=300, m=3, M0=[[0.2, 0.1, 0.0]], keep=[7], lam=0.01),
     dict(act="gelu", link="pr_clip", delta=3.0, eta=2.0, T=6, N=400, m=2, M0=[[0.5, 0.3]], memory=False),
 ], ids=["gelu-m2", "quad-m1-keep", "gelu-m3-ridge", "no-memory"])
-def test_engine_matches_the_square_layout_reference(cfg, monkeypatch):
-    """The engine (incremental factor of the history, χ in tiles of paths, one fused pass per step) against an
-    independent implementation of the same recursion (``tests/dmft_reference.py``: square χ layout, one einsum per
-    term, the history refactored by Cholesky each step), on the same draw. Where no singular value of the history's
-    factor falls below the cut, the incremental factor is the Cholesky factor row for row and the two sum the same
-    products in another order, so they agree to float64 roundoff amplified by the recursion: 10⁻⁹ relative, where an
-    error in one term (a transposed block, a missing memory term, a wrong tile) changes the observables at 10⁻² or
-    more; single paths' u^t, which carry more of the amplified roundoff, to 10⁻⁷. The cut is lowered to 10⁻⁸ here:
-    at FACTOR_CUT = 10⁻⁴ the quadratic student's history (η = 0.1) reaches it at step 7, and from there the two draw
-    different samples of the same law (Q differs by 10⁻³ at N = 400, within its Monte-Carlo error)."""
+def test_engine_matches_the_square_layout_reference(cfg):
+    """The engine (triangular χ, paths innermost, blocked products) against the engine it replaced (square χ layout,
+    one einsum per term: ``tests/dmft_reference.py``), with the same paths. The two sum the same products in a
+    different order, so they agree to float64 roundoff amplified by the recursion: 10⁻⁹ relative, where an error
+    in one term (a transposed block, a missing memory term) changes the observables at 10⁻² or more. Measured when
+    written: kernels and observables within 3·10⁻¹⁰ relative, single paths' u^t within 4·10⁻⁹."""
     from dmft_reference import run_dmft_reference
 
-    monkeypatch.setattr(dmft, "FACTOR_CUT", 1e-8)
-    new = dmft.run_dmft_factored(**cfg, generator=3)
+    new = dmft.run_dmft(**cfg, generator=3)
     ref = run_dmft_reference(**cfg, generator=3)
     for key in ("M", "Q", "train", "test", "C_F", "R_F", "R_theta"):
         scale = ref[key].abs().max().item() + 1e-300
         err = (new[key] - ref[key]).abs().max().item()
         assert err <= 1e-9 * scale, (key, err, scale)
     for t in cfg.get("keep", ()):
-        u, u_ref = new["law"][t]["u"], ref["law"][t]["u"]
+        u, u_ref = new["law"][t]["u"], ref["law"][t]["u"]  # one path carries more of the amplified roundoff: 10⁻⁷
         assert (u - u_ref).abs().max() <= 1e-7 * u_ref.abs().max(), t
 
 
-def test_engine_matches_the_reference_in_float32():
-    """float32 paths (kernels stay float64; the response pass takes its torch path) against the reference run in
-    float32 on the same draw, cut lowered as above: agreement at float32 roundoff, normwise (max difference ≤ 10⁻⁴
-    of the array's largest entry: entries near zero differ by 10⁻³ of themselves, as roundoff set by the large
-    entries of the same sums does, so an elementwise relative bound would not measure roundoff)."""
+def test_engine_matches_the_reference_in_float32_and_within_reuse_memory():
+    """float32 paths (kernels stay float64) against the reference run in float32 on the same draw: agreement at
+    float32 roundoff, normwise (max difference ≤ 10⁻⁴ of the array's largest entry; measured 0.5–7·10⁻⁶ on an
+    AMD EPYC host, where entries near zero differ by 10⁻³ of themselves, as roundoff set by the large entries of
+    the same sums does, so an elementwise relative bound would not measure roundoff); and
+    runs inside :func:`grokspectra.dmft.reuse_memory` (one pooled χ array, reused by a smaller second run) give
+    the same results as fresh runs, bit for bit."""
     from dmft_reference import run_dmft_reference
 
     cfg = dict(act="gelu", link="pr_clip", delta=3.0, eta=2.0, T=10, N=800, m=2, M0=[[0.5, 0.3]])
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(dmft, "FACTOR_CUT", 1e-8)
-        f32 = dmft.run_dmft_factored(**cfg, dtype=torch.float32, generator=5)
+    f32 = dmft.run_dmft(**cfg, dtype=torch.float32, generator=5)
     ref32 = run_dmft_reference(**cfg, dtype=torch.float32, generator=5)
     for key in ("M", "Q", "R_F", "C_F"):
         torch.testing.assert_close(f32[key], ref32[key], rtol=0, atol=1e-4 * ref32[key].abs().max().item())
+    fresh_big = dmft.run_dmft(**cfg, generator=6)
+    fresh_small = dmft.run_dmft(**{**cfg, "T": 6}, generator=7)
+    with dmft.reuse_memory():
+        big = dmft.run_dmft(**cfg, generator=6)
+        small = dmft.run_dmft(**{**cfg, "T": 6}, generator=7)
+        assert dmft._POOL["buf"] is not None
+    assert dmft._POOL["buf"] is None
+    for key in ("M", "Q", "R_F", "train", "test"):
+        assert torch.equal(big[key], fresh_big[key]) and torch.equal(small[key], fresh_small[key])
 
 
 @pytest.mark.parametrize("act,m,eta", [("quad", 1, 0.1), ("quad", 2, 0.2), ("gelu", 2, 2.0)])
-def test_float32_paths_leave_the_float64_run_at_the_dnn_grids_steps(act, m, eta):
+def test_float32_paths_lose_positive_definiteness_at_the_dnn_grids_steps(act, m, eta):
     """Why chapter 3's wider δ_NN cells stop doubling their paths instead of storing them in float32
-    (``ch3.dnn_nmax``): at the grid's steps (η = 0.1·m Quad, 1.0·m GeLU; δ = 6, 60 steps) float32 paths run
-    through, but their statistics put float32 rounding (10⁻⁷ of C_F) into directions of the history whose variance
-    is 10⁻¹⁰ of the largest: the factor keeps them, and the run draws another sample. On the same draw Q_t leaves
-    the float64 run by 3–8 % (relative to its largest entry) from step 6 on, as far as another draw of the paths
-    (measured when written, N = 4000), where float32 roundoff carried through 60 stable steps would stay near
-    10⁻⁵. Asserted: beyond 1 % at some step, and the float64 run finite. If an engine change brings float32 within
-    roundoff, chapter 3's cap (and this test) should be revisited."""
+    (``ch3.dnn_nmax``): at the grid's steps (η = 0.1·m Quad, 1.0·m GeLU; δ = 6, 60 steps) the float32 run stops
+    with the covariance of w⁰ … wᵗ not positive definite (measured: within 6–20 steps, smallest eigenvalue
+    ≈ −1e−8), while float64 on the same draw runs all 60 steps to a finite test risk. If an engine change makes
+    float32 run through, chapter 3's cap (and this test) should be revisited."""
     cfg = dict(act=act, link="pr_clip", delta=6.0, eta=eta, T=60, N=4000, m=m, Q0=torch.eye(m, dtype=F64),
                generator=123)
-    f64 = dmft.run_dmft_factored(**cfg)
-    assert torch.isfinite(f64["test"]).all()
-    f32 = dmft.run_dmft_factored(**cfg, dtype=torch.float32)
-    rel = (f32["Q"] - f64["Q"]).abs().amax((1, 2)) / f64["Q"].abs().amax((1, 2))
-    assert rel.max() > 1e-2, rel.max()
+    ok = dmft.run_dmft(**cfg)
+    assert torch.isfinite(ok["test"]).all()
+    with pytest.raises(dmft.DMFTError, match=r"not positive definite"):
+        dmft.run_dmft(**cfg, dtype=torch.float32)
 
 
-# --- late steps: the history's near-singular directions -------------------------------------------------------
+def test_a_diverging_closure_is_a_dmft_error():
+    """The no-memory closure with a quadratic student at too large a step blows up (its covariance becomes
+    non-finite within 15 steps): the engine says so as a DMFTError naming the step, not a LinAlgError from eigh."""
+    with pytest.raises(dmft.DMFTError, match=r"w\^0\.\.w\^\d+"):
+        dmft.run_dmft("quad", "pr_clip", 6.0, 0.2, 40, 400, 2, Q0=torch.eye(2, dtype=F64), memory=False, generator=0)
+
+
+# --- the factored engine (dmft.run_dmft_factored: incremental factor of the history, fused response pass) ----------
+@pytest.mark.parametrize("cfg", [
+    dict(act="gelu", link="pr_clip", delta=3.0, eta=2.0, T=12, N=600, m=2, M0=[[0.5, 0.3]]),
+    dict(act="quad", link="pr_clip", delta=6.0, eta=0.1, T=9, N=400, m=1, keep=[4, 9]),
+    dict(act="gelu", link="pr", delta=4.0, eta=1.0, T=7, N=300, m=3, M0=[[0.2, 0.1, 0.0]], keep=[7], lam=0.01),
+    dict(act="gelu", link="pr_clip", delta=3.0, eta=2.0, T=6, N=400, m=2, M0=[[0.5, 0.3]], memory=False),
+], ids=["gelu-m2", "quad-m1-keep", "gelu-m3-ridge", "no-memory"])
+def test_factored_engine_is_the_engine_while_no_direction_is_cut(cfg, monkeypatch):
+    """Where no singular value of the history's factor falls below the cut, the incremental factor is the Cholesky
+    factor row for row and the fused pass sums the same products in another order, so the factored engine gives
+    :func:`~grokspectra.dmft.run_dmft`'s numbers on the same draw, to roundoff amplified by the recursion (the
+    bound of ``test_engine_matches_the_square_layout_reference``, 10⁻⁹; measured ≤ 6·10⁻¹¹ when written). The cut
+    is lowered to 10⁻⁸ here: at FACTOR_CUT = 10⁻⁴ the quadratic student's history (η = 0.1) reaches it at step 7,
+    and from there the two engines draw different samples of the same law (Q differs by 10⁻³ at N = 400, within
+    its Monte-Carlo error). A wrong block of the factor or of the tiled χ changes them at 10⁻² or more."""
+    monkeypatch.setattr(dmft, "FACTOR_CUT", 1e-8)
+    new = dmft.run_dmft_factored(**cfg, generator=3)
+    ref = dmft.run_dmft(**cfg, generator=3)
+    for key in ("M", "Q", "train", "test", "C_F", "R_F", "R_theta"):
+        scale = ref[key].abs().max().item() + 1e-300
+        assert (new[key] - ref[key]).abs().max().item() <= 1e-9 * scale, key
+    for t in cfg.get("keep", ()):
+        assert (new["law"][t]["u"] - ref["law"][t]["u"]).abs().max() <= 1e-7 * ref["law"][t]["u"].abs().max(), t
+
+
 LATE = [("quad", 1, 0.1), ("quad", 2, 0.2), ("gelu", 2, 2.0), ("quad", 4, 0.4)]  # chapter 3's δ_NN grid's steps
 
 
 @pytest.mark.parametrize("act,m,eta", LATE)
 def test_late_steps_do_not_depend_on_the_order_of_summation(act, m, eta, monkeypatch):
     """At the δ_NN grid's 60 steps the history covariance has eigenvalues 10⁻¹⁰ of its largest: refactoring it
-    each step (``tests/dmft_reference.py``, the book's first engine) leaves which sample a late step draws to rounding. The factored engine run twice on
+    each step (``run_dmft``) leaves which sample a late step draws to rounding. The factored engine run twice on
     the same draw, once with the compiled fused pass and once with the torch path (another order of summation),
     agrees to 10⁻⁶ relative in Q, R_F and the test risk (measured 4·10⁻¹⁰–1.6·10⁻⁷ when written: rounding
-    amplified by at most 1/FACTOR_CUT², whereas the first engine with its history refactored in another order moved
+    amplified by at most 1/FACTOR_CUT², whereas ``run_dmft`` with its history refactored in another order moved
     Q_60 by 10⁻²; with the cut at 10⁻⁷ this reaches 10⁻²); and the law the paths realise is the stated one: the
     factor's L Lᵀ is within 10⁻⁴ of Q_⊥ over the whole history (measured 2–5·10⁻⁵, the price of the cut at
     FACTOR_CUT; the Monte-Carlo error at N = 2·10⁴ is 7·10⁻³)."""
@@ -217,6 +240,18 @@ def test_late_steps_do_not_depend_on_the_order_of_summation(act, m, eta, monkeyp
     assert torch.isfinite(fused["test"]).all()
 
 
+def test_factored_engine_errors():
+    """Bad input and a diverging closure raise as in ``run_dmft``: the closure's blow-up is a DMFTError naming the
+    step (its covariance becomes non-finite within 15 steps)."""
+    with pytest.raises(ValueError, match="even number"):
+        dmft.run_dmft_factored("gelu", "pr", 3.0, 2.0, 2, 101, 2)
+    with pytest.raises(ValueError, match="keep steps"):
+        dmft.run_dmft_factored("gelu", "pr", 3.0, 2.0, 2, 100, 2, keep=(5,))
+    with pytest.raises(dmft.DMFTError, match=r"w\^0\.\.w\^\d+"):
+        dmft.run_dmft_factored("quad", "pr_clip", 6.0, 0.2, 40, 400, 2, Q0=torch.eye(2, dtype=F64), memory=False,
+                               generator=0)
+
+
 def test_fused_pass_within_reuse_memory_is_bit_identical():
     """A pooled χ array (uninitialised, reused by a smaller run) gives the fresh run's numbers bit for bit: the
     tiles' padding beyond N is written, never read from old contents."""
@@ -233,106 +268,15 @@ def test_fused_pass_within_reuse_memory_is_bit_identical():
 @pytest.mark.parametrize("act,m,eta", LATE)
 def test_a_change_at_rounding_level_stays_at_rounding_level(act, m, eta):
     """Q_⊥(0,0) = (1 + 2⁻⁵⁰)·I instead of I (four units in the last place) on the same draw, 60 steps of the δ_NN
-    grid: the engine moves Q, R_F and the test risk by at most 10⁻⁶ relative (measured 2·10⁻¹⁰–3·10⁻⁷ at
-    N = 4000 when written), while the book's first engine (``tests/dmft_reference.py``), which refactors the whole
-    history each step, moves them by 10⁻²–10⁻¹ (measured 2.6·10⁻²–1.4·10⁻¹ at N = 400, its square χ layout
-    making N = 4000 a 2 GB run at m = 4; asserted > 10⁻⁶: the reason the book's engine factors incrementally)."""
-    from dmft_reference import run_dmft_reference
-
+    grid: the factored engine moves Q, R_F and the test risk by at most 10⁻⁶ relative (measured 2·10⁻¹⁰–3·10⁻⁷
+    when written), while :func:`~grokspectra.dmft.run_dmft`, which refactors the whole history each step, moves
+    them by 10⁻⁵–10⁻² (measured 2.6·10⁻⁵–2.5·10⁻²; asserted > 10⁻⁶, the reason chapters move to the factored
+    engine)."""
+    cfg = dict(act=act, link="pr_clip", delta=6.0, eta=eta, T=60, N=4000, m=m, generator=123)
     I = torch.eye(m, dtype=F64)
     moved = {}
-    for f, N in ((dmft.run_dmft_factored, 4000), (run_dmft_reference, 400)):
-        cfg = dict(act=act, link="pr_clip", delta=6.0, eta=eta, T=60, N=N, m=m, generator=123)
+    for f in (dmft.run_dmft, dmft.run_dmft_factored):
         a, b = f(**cfg, Q0=I), f(**cfg, Q0=(1 + 2.0 ** -50) * I)
         moved[f.__name__] = max(((a[k] - b[k]).abs().max() / a[k].abs().max()).item() for k in ("Q", "R_F", "test"))
     assert moved["run_dmft_factored"] <= 1e-6, moved
-    assert moved["run_dmft_reference"] > 1e-6, moved
-
-
-def test_a_conditional_variance_within_the_cuts_reach_is_not_an_error():
-    """At the δ_NN grid's upper end (Quad, m = 1, η = 0.1, δ = 32, 60 steps) the history covariance is singular to
-    machine precision within 8 steps and a conditional variance comes out at −2·10⁻⁸ of the largest variance:
-    rounding carried through the factor's cut, not a breakdown (Q_⊥ is positive semidefinite by construction). The
-    engine runs the 60 steps; the earlier bound, FACTOR_CUT² of the largest variance, stopped it there and made
-    chapter 3's Quad-toy cell a "DMFT breakdown". A row of Q_⊥ inconsistent with the factor beyond the cut's reach
-    ((t+1)·m·FACTOR_CUT² of the history's largest eigenvalue) is still an error, and one within it gives a zero pivot."""
-    r = dmft.run_dmft_factored("quad", "pr_clip", 32.0, 0.1, 60, 4000, 1, Q0=torch.eye(1, dtype=F64), generator=5)
-    assert torch.isfinite(r["test"]).all() and torch.isfinite(r["Q"]).all()
-    for eps, fails in ((1e-3, True), (1e-9, False)):
-        L = torch.zeros(2, 2, dtype=F64)
-        Q = torch.tensor([[1.0, 1.0], [1.0, 1.0 - eps]], dtype=F64)  # conditional variance of w¹ given w⁰: −eps
-        dmft._factor_row(L, Q, 0, 1)
-        if fails:
-            with pytest.raises(dmft.DMFTError, match="not positive semidefinite"):
-                dmft._factor_row(L, Q, 1, 1)
-        else:
-            dmft._factor_row(L, Q, 1, 1)
-            assert L[1, 1] == 0 and abs(L[1, 0] - 1) < 1e-12
-
-
-def test_chapter3_rounding_check_reports_what_the_engine_guarantees():
-    """``ch3.rounding`` (chapter 3, *Reproducibility of the recursion*) on a small grid (Quad m = 1 and GeLU m = 2,
-    40 steps): a change of Q_⊥(0,0) in its last bits moves the run by ≤ 10⁻⁶ (the bound above), another draw by far
-    more (≥ 10⁻³ at 4000 paths: Monte-Carlo error of order 1/√N), the factor's law is within 10⁻⁴ of Q_⊥, the
-    history covariance is singular to machine precision (the reason for the factor), and the table has a row per
-    student with the step η = eta_<act>·m."""
-    from grokspectra.experiments import ch3
-    from grokspectra.params import load_profile
-
-    p = ch3.SCHEMA.validate({**load_profile("ci", ch3.SECTION), "device": "cpu", "dnn_acts": ["quad", "gelu"],
-                             "dnn_ms": [1, 2], "dnn_times": [20, 40]})
-    out = ch3.rounding.fn(p, "cpu")
-    assert out["rounding"].shape == (2, 2) and np.isfinite(out["rounding"]).all()
-    assert out["rounding"].max() <= 1e-6 and out["draw"].min() >= 1e-3
-    assert out["law"].max() <= 1e-4 and np.abs(out["cond"]).max() < 1e-8
-    assert np.allclose(out["eta"], [[0.1, 0.2], [1.0, 2.0]])
-
-    class R(dict):
-        meta = {"params": p}
-
-    table = ch3.rounding_table(R(out)).splitlines()
-    assert len(table) == 2 + 4 and table[3].startswith("| quad, m = 2 | 0.2 |")
-
-
-@pytest.mark.parametrize("act,eta", [("quad", 0.1), ("gelu", 1.0)])
-def test_the_dnn_grids_students_run_at_the_brackets_upper_end(act, eta):
-    """Every student of chapter 3's δ_NN grid (m = 1, 2, 4 × its three links, step η·m) runs the grid's 60 steps at
-    the bracket's upper end, δ = 32, where the history covariance turns singular fastest. A bound on negative
-    conditional variances tighter than the factor's cut can honour broke every Quad cell's bracket there: 11 of the
-    grid's first 30 cells computed with it on 7 December were stored as "DMFT breakdown" where the first engine
-    bisected (``test_a_conditional_variance_within_the_cuts_reach_is_not_an_error``)."""
-    for m in (1, 2, 4):
-        for lk in ("pr_clip", "pr_tanh", "pr"):
-            r = dmft.run_dmft_factored(act, lk, 32.0, eta * m, 60, 2000, m, Q0=torch.eye(m, dtype=F64), generator=5)
-            assert torch.isfinite(r["test"]).all() and torch.isfinite(r["Q"]).all(), (m, lk)
-
-
-def test_per_step_products_match_torch_and_do_not_depend_on_the_thread_count():
-    """``chi_kernel.rows`` (w^t = Σ_s L_{t,s} ξ^s plus the memory term, one pass over each path's histories) and
-    ``chi_kernel.cols`` (C_F(t, ·) summed over the paths) against torch's products on random histories, for m = 1–4
-    and steps from 0 to T: equal to float64 roundoff (10⁻¹², relative to the largest entry; sums of up to 60 terms
-    taken in another order). ``cols`` sums fixed blocks of paths in block order, so one thread and two give the same
-    bits."""
-    from grokspectra import chi_kernel as ck
-
-    if ck.kernel() is None:
-        pytest.skip("the compiled kernel cannot be built here: rows and cols are torch's products")
-    g = torch.Generator().manual_seed(0)
-    for N, m, T in ((1000, 1, 5), (3001, 2, 9), (2500, 3, 7), (4099, 4, 12)):
-        X1, X2 = (torch.randn(N, (T + 1) * m, generator=g, dtype=F64) for _ in range(2))
-        for t in (0, 1, T // 2, T):
-            C1 = torch.randn(m, (t + 1) * m, generator=g, dtype=F64)
-            C2 = torch.randn(m, t * m, generator=g, dtype=F64)
-            want = X1[:, :(t + 1) * m] @ C1.T + X2[:, :t * m] @ C2.T
-            assert (ck.rows(X1, C1, X2, C2) - want).abs().max() <= 1e-12 * want.abs().max(), (N, m, t)
-            F = torch.randn(N, m, generator=g, dtype=F64)
-            want = X2[:, :(t + 1) * m].T @ F
-            got = ck.cols(X2, F, (t + 1) * m)
-            assert (got - want).abs().max() <= 1e-12 * want.abs().max(), (N, m, t)
-            threads = torch.get_num_threads()
-            try:
-                torch.set_num_threads(1)
-                one = ck.cols(X2, F, (t + 1) * m)
-            finally:
-                torch.set_num_threads(threads)
-            assert torch.equal(one, got)
+    assert moved["run_dmft"] > 1e-6, moved

@@ -80,8 +80,8 @@ def test_gd_can_mark_diverged_trials_instead(monkeypatch):
 
 
 def test_dmft_divergence_names_the_first_bad_step():
-    step, msg = _first_bad(lambda T: dmft.run_dmft_factored("gelu", "pr", 3.0, 100.0, T, 400, 2, antithetic=False,
-                                                            generator=0), 14)
+    step, msg = _first_bad(lambda T: dmft.run_dmft("gelu", "pr", 3.0, 100.0, T, 400, 2, antithetic=False,
+                                                   generator=0), 14)
     assert "DMFT" in msg and "η = 100" in msg
     assert issubclass(dmft.DMFTError, DivergenceError) and issubclass(dmft.DMFTError, RuntimeError)
 

@@ -186,8 +186,7 @@ def test_antithetic_law_guards_the_outlier_criterion():
     from grokspectra import dmft, multiindex as mi
 
     def law(antithetic):
-        r = dmft.run_dmft_factored("quad", "pr_clip", 8.0, 0.1, 30, 4000, 1, keep=[30], antithetic=antithetic,
-                                     generator=3)
+        r = dmft.run_dmft("quad", "pr_clip", 8.0, 0.1, 30, 4000, 1, keep=[30], antithetic=antithetic, generator=3)
         lw = r["law"][30]
         G = mi.per_sample_D(lw["u"], lw["y"], "quad").double()
         return r["M"], sp.nn_criterion(G, lw["z"].double(), 8.0)["crit"]

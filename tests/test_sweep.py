@@ -486,7 +486,7 @@ def test_a_unit_interrupted_mid_way_resumes_from_its_checkpoint(tmp_path, monkey
                            "dnn_reps": 2, "dnn_rtol": 0.3, "dnn_lo": 2.0, "dnn_hi": 32.0})
     unit = e.units(e.params(P))[0]
     whole = e.fn(dict(unit), "cpu")  # uninterrupted, no checkpoint
-    real, calls = dmft.run_dmft_factored, []
+    real, calls = dmft.run_dmft, []
 
     def counting(*a, limit=None, **k):
         calls.append(1)
@@ -495,12 +495,12 @@ def test_a_unit_interrupted_mid_way_resumes_from_its_checkpoint(tmp_path, monkey
         return real(*a, **k)
 
     ck = tmp_path / "unit.json"
-    monkeypatch.setattr(dmft, "run_dmft_factored", lambda *a, **k: counting(*a, limit=3, **k))
+    monkeypatch.setattr(dmft, "run_dmft", lambda *a, **k: counting(*a, limit=3, **k))
     with pytest.raises(KeyboardInterrupt):
         sweep._compute(e.name, e.code(), unit, "cpu", None, str(ck))
     assert len(json.loads(ck.read_text())["entries"]) == 3 and sweep._CKPT is None
     calls.clear()
-    monkeypatch.setattr(dmft, "run_dmft_factored", lambda *a, **k: counting(*a, **k))
+    monkeypatch.setattr(dmft, "run_dmft", lambda *a, **k: counting(*a, **k))
     again, wall, _ = sweep._compute(e.name, e.code(), unit, "cpu", None, str(ck))
     assert len(calls) == int(whole["dmft_runs"]) - 3 and int(again["dmft_runs"]) == int(whole["dmft_runs"])
     assert np.array_equal(again["cell"], whole["cell"], equal_nan=True)
@@ -708,11 +708,11 @@ def test_dmft_bytes_bounds_the_measured_peak(N, T, m):
             return next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith(key + ":"))
 
         torch.set_num_threads(1)
-        dmft.run_dmft_factored("quad", "pr_clip", 6.0, 0.1, 3, 200, {m}, keep=[3], generator=0)  # warm-up
+        dmft.run_dmft("quad", "pr_clip", 6.0, 0.1, 3, 200, {m}, keep=[3], generator=0)  # warm-up
         open("/proc/self/clear_refs", "w").write("5")  # reset VmHWM to the current resident memory
         base = status("VmRSS")
-        dmft.run_dmft_factored("quad", "pr_clip", 6.0, 0.1 * {m}, {T}, {N}, {m}, keep=[{T // 2}, {T}],
-                               Q0=np.eye({m}), generator=0)
+        dmft.run_dmft("quad", "pr_clip", 6.0, 0.1 * {m}, {T}, {N}, {m}, keep=[{T // 2}, {T}], Q0=np.eye({m}),
+                      generator=0)
         print(status("VmHWM") - base)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
@@ -799,7 +799,7 @@ def test_dnn_gap_sentence_names_cells_too_large_for_this_device(tmp_path, monkey
 
 
 def test_every_experiment_that_runs_the_dmft_has_a_memory_model():
-    """The DMFT's path responses grow as N·m²·T²: every experiment whose units reach ``dmft.run_dmft_factored`` (found on
+    """The DMFT's path responses grow as N·m²·T²: every experiment whose units reach ``dmft.run_dmft`` (found on
     its call graph, as the code version finds it) registers a peak-memory model, so that no sweep of it can start a
     unit its device cannot hold; and each model gives a finite, positive estimate for a unit of the paper profile."""
     reach = [e for e in ex.REGISTRY.values() if any("run_dmft" in k for k in version.dependencies([e.fn]))]

@@ -13,12 +13,6 @@ in cache. Where no compiler is available, for float32 paths, for m > 4 and on a 
 update on the same layout with torch calls (one batched product per s); the two agree to float64 roundoff
 (``tests/test_dmft.py``). Set ``GROKSPECTRA_CHI_KERNEL=torch`` to force the torch path.
 
-The same module does the step's two other passes over the paths (:func:`rows`: the field w^t = Σ_s L_{t,s} ξ^s and
-the memory term Σ_{s<t} R_θ(t, s) F^s of u^t from each path's ξ and F histories; :func:`cols`: C_F(t, ·) summed over
-the paths, in fixed blocks so that the thread count does not change the result). BLAS streams such skinny products
-([N, ≤ (T+1)m] × [≤ (T+1)m, m]) at about 8.5 GB/s on the project's hosts; these kernels took them from 0.67 s to
-0.43 s of a default-size run (``bench dmft``) and agree with torch's products to 10⁻¹² (``tests/test_dmft.py``).
-
 Layout (both paths): the values for s live at ``chi[off[s] : off[s + 1]]``, viewed as ``[tiles, (T + 1 − s)·m, m·NC]``:
 tile k, row (p − s)·m + b, column c·NC + n holds χ(p, s)[b, c] on path k·NC + n (zero for paths ≥ N).
 """
@@ -149,89 +143,6 @@ void step(torch::Tensor chi, torch::Tensor off, torch::Tensor Brow, torch::Tenso
       O[s * mm + i] = sum / N;
     }
 }
-
-// Per-step products over the paths' histories (rows of X hold one path's ξ or F for steps 0 … T, m per step):
-// out[n, a] = Σ_{k<K1} X1[n, k] C1[a, k] + Σ_{k<K2} X2[n, k] C2[a, k]  (the field w^t and the memory term of u^t),
-template <int M>
-static void rows_(const double* __restrict X1, int64_t ld1, const double* __restrict C1, int64_t K1,
-                  const double* __restrict X2, int64_t ld2, const double* __restrict C2, int64_t K2,
-                  double* __restrict out, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; ++n) {
-    double acc[M][8];
-    for (int a = 0; a < M; ++a) for (int q = 0; q < 8; ++q) acc[a][q] = 0.0;
-    for (int part = 0; part < 2; ++part) {
-      const double* __restrict x = part ? X2 + n * ld2 : X1 + n * ld1;
-      const double* __restrict c = part ? C2 : C1;
-      const int64_t K = part ? K2 : K1;
-      int64_t k = 0;
-      for (; k + 8 <= K; k += 8)
-        for (int a = 0; a < M; ++a)
-          #pragma GCC unroll 8
-          for (int q = 0; q < 8; ++q) acc[a][q] += x[k + q] * c[a * K + k + q];
-      for (; k < K; ++k)
-        for (int a = 0; a < M; ++a) acc[a][0] += x[k] * c[a * K + k];
-    }
-    for (int a = 0; a < M; ++a) {
-      const double s = ((acc[a][0] + acc[a][1]) + (acc[a][2] + acc[a][3])) + ((acc[a][4] + acc[a][5]) + (acc[a][6] + acc[a][7]));
-      out[n * M + a] = s;
-    }
-  }
-}
-torch::Tensor rows(torch::Tensor X1, torch::Tensor C1, torch::Tensor X2, torch::Tensor C2) {
-  const int64_t N = X1.size(0), m = C1.size(0), K1 = C1.size(1), K2 = C2.size(1);
-  auto out = torch::empty({N, m}, X1.options());
-  const double *x1 = X1.data_ptr<double>(), *x2 = X2.data_ptr<double>();
-  const double *c1 = C1.data_ptr<double>(), *c2 = C2.data_ptr<double>();
-  const int64_t ld1 = X1.stride(0), ld2 = X2.stride(0);
-  double* o = out.data_ptr<double>();
-  at::parallel_for(0, N, 256, [&](int64_t lo, int64_t hi) {
-    if (m == 4) rows_<4>(x1, ld1, c1, K1, x2, ld2, c2, K2, o, lo, hi);
-    else if (m == 3) rows_<3>(x1, ld1, c1, K1, x2, ld2, c2, K2, o, lo, hi);
-    else if (m == 2) rows_<2>(x1, ld1, c1, K1, x2, ld2, c2, K2, o, lo, hi);
-    else rows_<1>(x1, ld1, c1, K1, x2, ld2, c2, K2, o, lo, hi);
-  });
-  return out;
-}
-// and cf[k, a] = Σ_n X[n, k] F[n, a] for k < K (the kernel C_F(t, ·)): partial sums per block of RB paths, added in
-// block order, so that the result does not depend on the number of threads.
-constexpr int64_t RB = 1024;
-template <int M>
-static void cols_(const double* __restrict X, int64_t ld, const double* __restrict F, int64_t K, int64_t n0,
-                  int64_t n1, double* __restrict acc) {
-  for (int64_t i = 0; i < M * K; ++i) acc[i] = 0.0;
-  for (int64_t n = n0; n < n1; ++n) {
-    const double* __restrict x = X + n * ld;
-    for (int a = 0; a < M; ++a) {
-      const double f = F[n * M + a];
-      double* __restrict c = acc + a * K;
-      #pragma GCC ivdep
-      for (int64_t k = 0; k < K; ++k) c[k] += x[k] * f;
-    }
-  }
-}
-torch::Tensor cols(torch::Tensor X, torch::Tensor F, int64_t K) {
-  const int64_t N = X.size(0), m = F.size(1), nb = (N + RB - 1) / RB;
-  std::vector<double> part(nb * m * K);
-  const double* x = X.data_ptr<double>();
-  const double* f = F.data_ptr<double>();
-  const int64_t ld = X.stride(0);
-  at::parallel_for(0, nb, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t b = lo; b < hi; ++b) {
-      const int64_t n0 = b * RB, n1 = std::min(N, n0 + RB);
-      double* acc = part.data() + b * m * K;
-      if (m == 4) cols_<4>(x, ld, f, K, n0, n1, acc);
-      else if (m == 3) cols_<3>(x, ld, f, K, n0, n1, acc);
-      else if (m == 2) cols_<2>(x, ld, f, K, n0, n1, acc);
-      else cols_<1>(x, ld, f, K, n0, n1, acc);
-    }
-  });
-  auto out = torch::zeros({K, m}, X.options());
-  double* o = out.data_ptr<double>();
-  for (int64_t b = 0; b < nb; ++b)
-    for (int64_t a = 0; a < m; ++a)
-      for (int64_t k = 0; k < K; ++k) o[k * m + a] += part[(b * m + a) * K + k];
-  return out;
-}
 '''
 
 def kernel():
@@ -261,7 +172,7 @@ def _build_dir() -> str:
 def _build(src: str):
     try:
         from torch.utils.cpp_extension import load_inline
-        return load_inline("grokspectra_chi_kernel", cpp_sources=src, functions=["step", "init", "rows", "cols"],
+        return load_inline("grokspectra_chi_kernel", cpp_sources=src, functions=["step", "init"],
                            extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
                            build_directory=_build_dir())
     except Exception as e:  # no compiler, no ninja, a failed build: the torch path gives the same numbers
@@ -325,30 +236,3 @@ def step(chi: torch.Tensor, off: list[int], off_t: torch.Tensor | None, Brow: to
         C[:, R:R + m] = new.reshape(tiles, m, m * NC)
         out[s] = new.sum((0, 3)) / N
     return out
-
-
-def _fast(X: torch.Tensor, m: int) -> bool:
-    return X.device.type == "cpu" and X.dtype == torch.float64 and m <= 4 and kernel() is not None
-
-
-def rows(X1: torch.Tensor, C1: torch.Tensor, X2: torch.Tensor | None = None, C2: torch.Tensor | None = None):
-    """``X1[:, :K1] @ C1ᵀ (+ X2[:, :K2] @ C2ᵀ)`` for row-major path histories X [N, ≥ K] and coefficients C [m, K]:
-    the field w^t = Σ_s L_{t,s} ξ^s and the memory term Σ_{s<t} R_θ(t, s) F^s of u^t, one pass over the rows (the
-    compiled kernel: BLAS streams such skinny products at a tenth of the host's bandwidth)."""
-    m = C1.shape[0]
-    if _fast(X1, m):
-        C1 = C1.contiguous()
-        if X2 is None or C2 is None or C2.shape[1] == 0:
-            X2, C2 = X1, C1[:, :0].contiguous()
-        return kernel().rows(X1, C1, X2, C2.contiguous())
-    out = X1[:, :C1.shape[1]] @ C1.T
-    if X2 is not None and C2 is not None and C2.shape[1] > 0:
-        out = out + X2[:, :C2.shape[1]] @ C2.T
-    return out
-
-
-def cols(X: torch.Tensor, F: torch.Tensor, K: int) -> torch.Tensor:
-    """``X[:, :K]ᵀ @ F`` [K, m] (C_F(t, s) summed over the paths), in one pass with partial sums per block of paths."""
-    if _fast(X, F.shape[1]):
-        return kernel().cols(X, F.contiguous(), K)
-    return X[:, :K].T @ F

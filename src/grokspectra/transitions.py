@@ -526,32 +526,17 @@ def settled(t, x, lag: int, tol: float) -> dict:
     return {"change": change, "settled": bool(np.all(np.isfinite(change)) and np.all(change < tol))}
 
 
-def sign_z(reps: int, level: float = 0.95) -> float:
-    """Decision threshold of :func:`noisy_bisect`: the two-sided ``level`` quantile of Student's t with reps − 1
-    degrees of freedom, t_{(1+level)/2, reps−1} (3.18 for 4 replicates, 2.36 for 8; → 1.96 as reps grows).
-
-    The standard error of a mean of ``reps`` replicates is itself estimated from them; |ĉ|/s then follows Student's
-    t, not a normal law, and "two standard errors" is a 86 % two-sided level at 4 replicates, not 95 %."""
-    if reps < 2 or not 0 < level < 1:
-        raise ValueError(f"need reps >= 2 and 0 < level < 1, got {reps}, {level}")
-    return float(stats.t.ppf(0.5 * (1 + level), reps - 1))
-
-
 def noisy_bisect(crit, lo: float, hi: float, *, rtol: float = 0.05, n0: int, n_max: int, reps: int = 2,
-                 z: float | None = None, max_iter: int = 20) -> dict:
+                 z: float = 2.0, max_iter: int = 20) -> dict:
     """Root of an increasing, Monte-Carlo-estimated criterion c(δ) by bisection with noise control.
 
     ``crit(delta, n, rep)`` returns one estimate of c(δ) from ``n`` paths with replicate index ``rep`` (independent
     paths for different ``rep``; the same (δ, n, rep) must give the same value). At each δ the mean ĉ and standard
     error s = sd/√reps of ``reps`` replicates are formed; the sign of c is taken as decided when |ĉ| ≥ z·s, else n
-    is doubled (up to ``n_max``). ``z`` defaults to :func:`sign_z` (Student's t for a two-sided 95 % decision with
-    reps − 1 degrees of freedom): with z = 2 and 4 replicates a sign is wrongly decided at a δ near the root about
-    one time in seven, and the reported uncertainty then covers the root less often than it says
-    (``tests/test_ch45.py::test_noisy_bisect_uncertainty_is_calibrated``).
-
-    If the sign at a mid-point is still undecided at ``n_max`` the bisection stops there: the root lies within
-    about z·s/|slope| of that point (slope: the secant between the bracket ends), the bracket shrinks to that band,
-    and it is **noise-limited** (``limited_by = "noise"``) when the band is wider than the tolerance. Otherwise it runs until hi/lo − 1 < ``rtol`` (``limited_by = "tolerance"``). When the
+    is doubled (up to ``n_max``). If the sign at a mid-point is still undecided at ``n_max`` the bisection stops
+    there: the root lies within about z·s/|slope| of that point (slope: the secant between the bracket ends), the
+    bracket shrinks to that band, and it is **noise-limited** (``limited_by = "noise"``) when the band is wider
+    than the tolerance. Otherwise it runs until hi/lo − 1 < ``rtol`` (``limited_by = "tolerance"``). When the
     sign at an end of the initial bracket is undecided at ``n_max``, nothing is bisected: the result is the initial
     bracket, noise-limited, with ``root_mc_se`` = inf. Two decided ends of the same sign raise ``ValueError``.
 
@@ -569,8 +554,6 @@ def noisy_bisect(crit, lo: float, hi: float, *, rtol: float = 0.05, n0: int, n_m
     if not (0 < lo < hi) or reps < 2 or n0 < 2 or n_max < n0 or not rtol > 0:
         raise ValueError(f"need 0 < lo < hi, reps >= 2, 2 <= n0 <= n_max, rtol > 0; got {lo}, {hi}, {reps}, "
                          f"{n0}, {n_max}, {rtol}")
-    if z is None:
-        z = sign_z(reps)
     hist = {"deltas": [], "n": [], "mean": [], "se": []}
 
     def evaluate(d):
@@ -626,42 +609,6 @@ def noisy_bisect(crit, lo: float, hi: float, *, rtol: float = 0.05, n0: int, n_m
         mc_se = mc_mid
     return {"root": math.sqrt(lo * hi), "lo": lo, "hi": hi, "limited_by": limited, "root_mc_se": float(mc_se),
             **{k: np.asarray(v) for k, v in hist.items()}}
-
-
-def bisect_coverage(*, reps: int, sigma: float, trials: int, z: float | None = None, root: float | None = None,
-                    slope: float = 0.2, lo: float = 3.0, hi: float = 32.0, rtol: float = 0.02, n0: int = 20_000,
-                    n_max: int = 160_000, seed: int = 0) -> dict:
-    """How often :func:`noisy_bisect`'s reported uncertainty contains the root of a criterion whose root is known.
-
-    The criterion is c(δ) = slope·(δ − root) + σ·√(n0/n)·ξ, ξ ~ N(0, 1) fixed by (seed, trial, δ, n, rep): a
-    straight line with Monte-Carlo noise of standard deviation σ per replicate at ``n0`` paths, falling as 1/√n;
-    the root defaults to lo·(hi/lo)^0.4, away from the bisection's first mid-points.
-    The uncertainty is the one chapters 3–5 quote, u = √(half-bracket² + root_mc_se²).
-
-    Returns
-    -------
-    dict
-        ``cover1``, ``cover2`` (shares of the ``trials`` bisections with |root − δ̂| ≤ u, ≤ 2u), ``noise_limited``
-        (share stopped by noise), ``paths`` (mean paths per bisection, replicates included), ``z`` (the decision
-        threshold used).
-    """
-    if trials < 1 or not sigma > 0:
-        raise ValueError(f"need trials >= 1 and sigma > 0, got {trials}, {sigma}")
-    z = sign_z(reps) if z is None else z
-    root = lo * (hi / lo) ** 0.4 if root is None else root
-    dev, noise, paths = [], [], []
-    for k in range(trials):
-        def crit(d, n, rep, k=k):
-            g = np.random.default_rng([seed, k, int(round(d * 1e9)), n, rep])
-            return slope * (d - root) + sigma * math.sqrt(n0 / n) * g.standard_normal()
-        r = noisy_bisect(crit, lo, hi, rtol=rtol, n0=n0, n_max=n_max, reps=reps, z=z)
-        u = math.hypot(0.5 * (r["hi"] - r["lo"]), r["root_mc_se"])
-        dev.append(abs(r["root"] - root) / u)
-        noise.append(r["limited_by"] == "noise")
-        paths.append(reps * float(np.sum(r["n"])))
-    dev = np.asarray(dev)
-    return {"cover1": float(np.mean(dev <= 1)), "cover2": float(np.mean(dev <= 2)),
-            "noise_limited": float(np.mean(noise)), "paths": float(np.mean(paths)), "z": float(z)}
 
 
 # ---------------------------------------------------------------------------------------------------------------

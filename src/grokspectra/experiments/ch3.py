@@ -196,7 +196,7 @@ def outliers(u, device):
             for tag, kw in (("anti", dict(antithetic=True)),
                             ("seeded", dict(antithetic=True, M0=[[d ** -0.5] * m])),
                             ("plain", dict(antithetic=False))):
-                r = dmft.run_dmft_factored(act, lk, dl, eta, t, N, m, keep=[t], device=device, generator=u["dmft_seed"], **kw)
+                r = dmft.run_dmft(act, lk, dl, eta, t, N, m, keep=[t], device=device, generator=u["dmft_seed"], **kw)
                 out[tag] = np.array(_outlier_row(*_law(r, t, act, lk), dl))
                 mt.append(float(r["M"][t].abs().max()))
         out["M"] = np.array(mt)
@@ -243,7 +243,7 @@ def _dnn_cell(act, m, link, scale, times, p, eta, device, seed):
         key = f"{round(delta, 12)!r}|{n}|{rep}"
         if key not in vals:
             def compute():
-                r = dmft.run_dmft_factored(act, lk, delta, eta, max(times), _even(n), m, Q0=scale * np.eye(m), keep=times,
+                r = dmft.run_dmft(act, lk, delta, eta, max(times), _even(n), m, Q0=scale * np.eye(m), keep=times,
                                   device=device, generator=seed + 7919 * rep + 13 * n)
                 out = []
                 for t in times:
@@ -298,10 +298,10 @@ def dnn_nmax(p: dict, m: int) -> int:
     the bisection would then reach needs more than ``dnn_run_gib`` GiB (:func:`costs.dmft_bytes`); then
     ``dnn_N`` doubled while the run still fits (at least ``dnn_N``, which the sweep's memory check then refuses if
     it does not fit). The path responses χ(t, s) grow as N·m²·T²/2: at the paper's sizes (t = 60, 160 000 paths)
-    a run takes 9.4 GiB at m = 2 but 37 GiB at m = 4. Storing the paths in float32 would halve that, but float32
-    Monte-Carlo averages put rounding (10⁻⁷) into directions of the history of w⁰ … wᵗ whose variance is 10⁻¹⁰ of
-    the largest: the run goes on but draws another sample, its Q leaving the float64 run on the same draw by several
-    per cent within six steps (``tests/test_dmft.py``), so the wider cells double less."""
+    a run takes 9.4 GiB at m = 2 but 37 GiB at m = 4. Storing the paths in float32 would halve that, but the
+    covariance Q_⊥ of w⁰ … wᵗ, built from float32 Monte-Carlo averages, then loses positive definiteness at the
+    grid's small steps (a run stops within 20 steps, an eigenvalue ≈ −1e−8 against ≈ 5; ``tests/test_dmft.py``),
+    so the wider cells double less."""
     fits = lambda nmax: _dnn_memory({**p, "m": m, "dnn_Nmax": nmax}) <= float(p["dnn_run_gib"]) * 2 ** 30
     if fits(p["dnn_Nmax"]):
         return int(p["dnn_Nmax"])
@@ -455,7 +455,7 @@ def linear(p, device):
     with dmft.reuse_memory():  # successive DMFT runs share one χ array (no fresh page faults per run)
         Ms = []
         for dl in p["lin_deltas"]:
-            r = dmft.run_dmft_factored("quad", "pr_clip", dl, 0.1, p["lin_T"], _even(p["lin_N"]), 1, M0=[[1e-3]],
+            r = dmft.run_dmft("quad", "pr_clip", dl, 0.1, p["lin_T"], _even(p["lin_N"]), 1, M0=[[1e-3]],
                               device=device, generator=p["seed"] + 31)
             Ms.append(r["M"][:, 0, 0].abs().cpu().numpy())
         return {"deltas": np.array(p["lin_deltas"]), "M": np.array(Ms)}
@@ -499,7 +499,7 @@ def settle(p, device):
         for il, lam in enumerate(p["settle_lams"]):
             Qr, trr, er = [], [], []
             for rep in range(2):
-                r = dmft.run_dmft_factored("quad", lk, p["settle_delta"], p["eta_quad"], T, N, 1, lam=lam, keep=times,
+                r = dmft.run_dmft("quad", lk, p["settle_delta"], p["eta_quad"], T, N, 1, lam=lam, keep=times,
                                   device=device, generator=p["seed"] + 101 + 7919 * rep)
                 Qr.append(r["Qperp"][:, 0, 0].cpu().numpy())
                 trr.append(r["train"].cpu().numpy())
@@ -522,7 +522,7 @@ def lin_rate(delta: float, T: int, N: int, rep: int, *, eta: float, seed: int, d
     direction still grows at T (unstable); c < 0: it decays. Linear in M (no logarithm of an overlap that may
     pass through 0), so its Monte-Carlo noise is additive. The paths depend on (N, rep, seed) only, not on δ
     (common random numbers), so that one replicate's c is a smooth function of δ."""
-    r = dmft.run_dmft_factored("quad", "pr_clip", delta, eta, T, _even(N), 1, M0=[[1e-3]], device=device,
+    r = dmft.run_dmft("quad", "pr_clip", delta, eta, T, _even(N), 1, M0=[[1e-3]], device=device,
                       generator=seed + 7919 * rep + 13 * N)
     M = r["M"][:, 0, 0].cpu().numpy()
     return float((M[T] - M[T // 2]) / 1e-3)
@@ -640,7 +640,7 @@ def limit(u, device):
         crit, edge = [], []
         for rep in range(u["reps"]):
             def compute(rep=rep):
-                r = dmft.run_dmft_factored("quad", lk, u["delta"], u["eta"], max(times), N, 1, Q0=np.eye(1), keep=times,
+                r = dmft.run_dmft("quad", lk, u["delta"], u["eta"], max(times), N, 1, Q0=np.eye(1), keep=times,
                                   device=device, generator=u["seed"] + 31 + 7919 * rep + 13 * N)
                 rows = []
                 for t in times:
@@ -796,10 +796,10 @@ def dnn_cap_sentence(q: dict) -> str:
             f"paths): one DMFT run at {num(_bisect_max_paths(q['dnn_N'], q['dnn_Nmax']))} paths would need "
             f"{need / 2 ** 30:.1f} GiB there, mostly the path responses χ(t, s) (N·m² values for each pair s ≤ t), "
             f"more than the {float(q['dnn_run_gib']):g} GiB a run may take (`dnn_run_gib`), so these cells are more "
-            "often noise-limited. Paths stored in float32 would halve the memory, but float32 Monte-Carlo averages "
-            "put rounding (10⁻⁷) into directions of the history of w⁰ … wᵗ whose variance is 10⁻¹⁰ of the largest: "
-            "the DMFT runs on but draws another sample, its Q leaving the float64 run on the same draw by several per "
-            "cent within six steps at the grid's step sizes (`tests/test_dmft.py`).")
+            "often noise-limited. Paths stored in float32 would halve the memory, but then the covariance Q_⊥ of "
+            "w⁰ … wᵗ, built from float32 Monte-Carlo averages, loses positive definiteness (an eigenvalue ≈ −10⁻⁸ "
+            "against a largest of order 1) and the DMFT stops within its first twenty steps at the grid's step sizes "
+            "(`tests/test_dmft.py`).")
 
 
 def dnn_gap_sentence(Dn, store=None) -> str:
@@ -907,66 +907,6 @@ def settle_sentence(rows: list, tol: float, lag: int, T: int) -> str:
         state = "settles" if r["settled"] and r["edge_ok"] else "does not settle"
         parts.append(f"with λ = {r['lam']:g} the first phase {state}" + (f" ({', '.join(why)})" if why else ""))
     return (f"Over the last {lag} of {T} steps (tolerance {tol:g}): " + "; ".join(parts) + ".")
-
-
-ROUNDING_N = 4000  # paths of the reproducibility check: a run of the δ_NN grid's 60 steps takes 0.3–4 s on one core
-ROUNDING_DELTA = 6.0  # inside every cell's bracket of δ_NN(t) (chapter 3's table: 4.7 to 12 on the paper profile)
-
-
-def _rounding_cost(p: dict) -> float:
-    """Three DMFT runs per student of the grid (N·m²·T²)."""
-    return sum(3 * costs.dmft_s(ROUNDING_N, max(p["dnn_times"]), m) for m in p["dnn_ms"]) * len(p["dnn_acts"])
-
-
-@experiment(SECTION, keys=["dnn_acts", "dnn_ms", "dnn_links", "dnn_times", "eta_quad", "eta_gelu", "seed"],
-            cost=_rounding_cost)
-def rounding(p, device):
-    """Chapter 3, *Reproducibility of the recursion*: does the DMFT at the δ_NN grid's last step depend on rounding?
-
-    For each student of the grid (``dnn_acts`` × ``dnn_ms``, step η = eta_<act>·m, link ``dnn_links[0]``,
-    Q_⊥(0,0) = I, δ = :data:`ROUNDING_DELTA`, T = max ``dnn_times``) three runs of
-    :func:`grokspectra.dmft.run_dmft_factored` with :data:`ROUNDING_N` paths: one, the same draw with
-    Q_⊥(0,0) = (1 + 2⁻⁵⁰)·I (a change of four units in the last place), and a second draw. Arrays, each [act, m]:
-    ``rounding`` and ``draw`` (the largest relative change of Q_t, R_F(t, s) and the test risk over all t,
-    max |a − b| / max |a| per array, under the rounding change and under another draw: the Monte-Carlo error),
-    ``cond`` (smallest over largest eigenvalue of the history covariance Q_⊥(s, t), s, t ≤ T) and ``law``
-    (max |L Lᵀ − Q_⊥| / max |Q_⊥|: how far the law the paths realise is from the stated one, the price of the
-    factor's cut); ``eta`` [act, m]."""
-    T, lk, N = max(p["dnn_times"]), p["dnn_links"][0], _even(ROUNDING_N)
-    shape = (len(p["dnn_acts"]), len(p["dnn_ms"]))
-    out = {k: np.full(shape, np.nan) for k in ("rounding", "draw", "cond", "law", "eta")}
-    change = lambda a, b: max(((a[k] - b[k]).abs().max() / a[k].abs().max()).item() for k in ("Q", "R_F", "test"))
-    for i, act in enumerate(p["dnn_acts"]):
-        for j, m in enumerate(p["dnn_ms"]):
-            eta, I = float(p[f"eta_{act}"]) * m, np.eye(m)
-            run = lambda Q0, g: dmft.run_dmft_factored(act, lk, ROUNDING_DELTA, eta, T, N, m, Q0=Q0, device=device,
-                                                       generator=p["seed"] + g)
-            with dmft.reuse_memory():
-                a, b, c = run(I, 123), run((1 + 2.0 ** -50) * I, 123), run(I, 124)
-            Q, L = a["Qperp_all"], a["factor"]
-            ev = torch.linalg.eigvalsh(Q)
-            out["rounding"][i, j], out["draw"][i, j] = change(a, b), change(a, c)
-            out["cond"][i, j] = (ev[0] / ev[-1]).item()
-            out["law"][i, j] = ((L @ L.T - Q).abs().max() / Q.abs().max()).item()
-            out["eta"][i, j] = eta
-    return out
-
-
-@rounding.peak_memory
-def _rounding_memory(p: dict) -> float:
-    return costs.dmft_bytes(_even(ROUNDING_N), max(p["dnn_times"]), max(p["dnn_ms"]))
-
-
-def rounding_table(R) -> str:
-    """The reproducibility check (:func:`rounding`) as a markdown table, a row per student."""
-    out = ["| student | η | change under 2⁻⁵⁰ | change under another draw | λ_min/λ_max of the history | "
-           "law error of the factor |", "|---|---|---|---|---|---|"]
-    p = R.meta["params"]
-    for i, act in enumerate(p["dnn_acts"]):
-        for j, m in enumerate(p["dnn_ms"]):
-            out.append(f"| {act}, m = {m} | {R['eta'][i, j]:g} | {R['rounding'][i, j]:.1e} | {R['draw'][i, j]:.1e} | "
-                       f"{R['cond'][i, j]:.1e} | {R['law'][i, j]:.1e} |")
-    return "\n".join(out)
 
 
 def grid_root(deltas, c) -> dict:
@@ -1278,12 +1218,11 @@ def limit_definition(wins: list[dict], t_min: int) -> str:
 
 
 def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile: str | None = None,
-           limit: tuple | None = None, rounding=None) -> list:
+           limit: tuple | None = None) -> list:
     """The chapter's claims table (``report.Claim`` rows, each with the scale it was judged at: the profile of the
     result it rests on; ``profile`` is the notebook's, used where a result carries none, and ``settle_profile``
     that of the convergence check). ``limit`` = (result of :func:`limit`, :func:`limit_roots`, the window scan
-    :func:`limit_windows`, t_min) adds the row of the limit t → ∞; ``rounding`` (result of :func:`rounding`) the
-    row of the recursion's reproducibility."""
+    :func:`limit_windows`, t_min) adds the row of the limit t → ∞."""
     from .. import report
 
     def prof(R):
@@ -1396,16 +1335,6 @@ def claims(O, split, Dn, DL, L, A, settle_rows, profile: str, *, settle_profile:
     rows.append(report.at_scale(report.Claim(
         "δ_NN values of the paper", "[MW26]", "not available to us", report.fmt(dmin), None,
         "our finite-t values only (eq. ch3-dnn)"), f"{prof(Dn)}"))
-    # 7. the recursion's late steps are set by the seed, not by rounding
-    if rounding is not None:
-        R, rp = rounding, rounding.meta["params"]
-        mx, dr = float(np.max(R["rounding"])), float(np.min(R["draw"]))
-        rows.append(report.at_scale(report.Claim(
-            "the DMFT's late steps depend on its seed, not on rounding (the book's engine)",
-            "our engine (incremental factor); eq-ch1-sample", "change under 2⁻⁵⁰ ≤ 10⁻⁶, far below another draw",
-            f"≤ {mx:.1e} (another draw: ≥ {dr:.1e})", bool(mx <= 1e-6 and mx <= 1e-3 * dr),
-            "largest relative change of Q, R_F, test risk over all steps"),
-            f"{prof(R)}: {ROUNDING_N} paths, {max(rp['dnn_times'])} steps, {R['rounding'].size} students"))
     return rows
 
 

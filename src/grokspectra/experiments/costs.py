@@ -45,9 +45,9 @@ def density_edge_s(N: float, m: int) -> float:
 
 
 def dmft_bytes(N: float, T: int, m: int, memory: bool = True, itemsize: int = 8) -> float:
-    """Peak memory of one DMFT run (:func:`grokspectra.dmft.run_dmft_factored`, float64 paths) above what the process
-    held before it: the path responses χ(t, s), s ≤ t, N·m²·(T+1)(T+2)/2 values (``memory``), the per-step fields
-    and noises, 2·N·m·(T+1), and the work arrays of one step (the response update and D), about 17·N·m², plus 24 values
+    """Peak memory of one DMFT run (:func:`grokspectra.dmft.run_dmft`, float64 paths) above what the process held
+    before it: the path responses χ(t, s), s ≤ t, N·m²·(T+1)(T+2)/2 values (``memory``), the per-step fields and
+    noises, 2·N·m·(T+1), and the work arrays of one step (the response update and D), about 17·N·m², plus 24 values
     per path for the labels, latents and test samples. The peak resident memory of actual runs lies between 85 % and
     105 % of this (``tests/test_sweep.py::test_dmft_bytes_bounds_the_measured_peak``; measured 97–100 %)."""
     chi = m * m * ((T + 1) * (T + 2) / 2 + 17) if memory else 6 * m * m
