@@ -18,7 +18,7 @@
 # these experiments restarts its sweep: main's results would no longer be current with AHEAD's code after the move.
 set -eu
 cd "$(dirname "$0")/.."
-AHEAD=${AHEAD:-22359f7}
+AHEAD=${AHEAD:-d494280}  # 96f859d..22359f7 reapplied in 3533e87, and the bisection rule (d494280)
 TREE=${TREE:-../ahead-$AHEAD}
 PY=${PY:-$PWD/.venv/bin/python}
 [ -d "$TREE" ] || git worktree add -q --detach "$TREE" "$AHEAD"

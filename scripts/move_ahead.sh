@@ -19,7 +19,7 @@
 #                                             # results/paper with main's code, resuming the unit in progress
 set -eu
 cd "$(dirname "$0")/.."
-REVERT=${REVERT:-a776cb7}   # the commit that reverted the change (96f859d..22359f7: b0206b3..dc7bcc9 again, and 22359f7)
+REVERT=${REVERT:-6d65c9b}   # the commit that reverted the change (3533e87: 96f859d..22359f7 again; d494280: the bisection rule)
 PY=${PY:-$PWD/.venv/bin/python}
 export PYTHONPATH="$PWD/src"
 [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "move_ahead: the working tree has changes; commit or stash them first" >&2; exit 2; }
