@@ -934,6 +934,37 @@ def test_dnn_breakdowns_flags_cells_that_break_down_only_with_the_new_code(tmp_p
     assert back.returncode == 1 and "act=gelu, m=2, link=pr, scale=0.25" in back.stdout
 
 
+def test_dnn_breakdowns_reports_how_far_the_roots_moved(tmp_path):
+    """Beside the check, ``dnn_breakdowns.py`` prints z = Δ/√(u₁² + u₂²) for every (cell, t) with a root in both
+    stores, u = √(half-bracket² + root_mc_se²): here Δ = 0.5 with u = 0.1 and 0.2 at t = 30 (z = 2.24, listed) and
+    Δ = 0 at t = 60; a cell without a root in one store is left out and does not fail the check."""
+    from grokspectra.experiments.ch3 import BISECT_STATUS
+
+    def put(root, key, cell, rows):
+        d = root / "ch3.dnn"
+        d.mkdir(parents=True, exist_ok=True)
+        act, m, link, scale = cell
+        (d / f"{key}.json").write_text(json.dumps({"params": {"act": act, "m": m, "link": link, "scale": scale,
+                                                              "dnn_times": [30, 60]}}))
+        np.savez(d / f"{key}.npz", cell=np.array(rows, float))
+
+    def row(v, half, se, status=0):  # delta_nn, lo, hi, noise_limited, root_mc_se, edge, edge_se, status
+        return [v, v - half, v + half, float(status == 1), se, -0.1, 0.01, status]
+
+    new, old = tmp_path / "new", tmp_path / "old"
+    cells = [("quad", 1, "pr_clip", 1.0), ("gelu", 2, "pr", 0.25)]
+    put(new, "a", cells[0], [row(8.0, 0.06, 0.08), row(9.0, 0.1, 0.1)])
+    put(old, "a", cells[0], [row(7.5, 0.12, 0.16), row(9.0, 0.1, 0.1)])
+    undecided = [np.nan, 3.0, 32.0, 1.0, np.inf, np.nan, np.nan, BISECT_STATUS.index("end undecided")]
+    put(new, "b", cells[1], [row(20.0, 0.2, 0.2), row(21.0, 0.2, 0.2)])
+    put(old, "b", cells[1], [undecided, undecided])
+    script = Path(__file__).resolve().parents[1] / "scripts" / "dnn_breakdowns.py"
+    out = subprocess.run([sys.executable, str(script), str(new), str(old)], capture_output=True, text=True, env=ENV)
+    assert out.returncode == 0, out.stderr
+    assert "2 (cell, t) with a root in both; rms z = 1.58; |z| > 2: 1, |z| > 3: 0" in out.stdout
+    assert "z = +2.2: act=quad, m=1, link=pr_clip, scale=1.0, t=30: 8.00 ± 0.10 against 7.50 ± 0.20" in out.stdout
+
+
 def test_compare_results_reports_each_arrays_largest_change_and_moved_nans(tmp_path):
     """``scripts/compare_results.py`` (printed by move_ahead before a move): units matched by their parameters, per
     array the largest change relative to the old array's largest entry, and the values finite in one store only."""
