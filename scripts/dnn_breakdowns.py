@@ -7,7 +7,7 @@ to new code: a breakdown where the old code bisected is a finding to explain, no
 Prints each such cell and exits with status 1 if there is one; cells missing from either store are not compared.
 Then, for information (it never fails the check), how well the two stores' δ_NN(t) agree where both have a root:
 z = Δ/√(u₁² + u₂²) per (cell, t), with u the uncertainty chapters 3–5 quote (half-bracket and root_mc_se in
-quadrature); its standard deviation, and every pair with |z| > 2. Independent draws with honest u give |z| > 2 rarely
+quadrature); their root mean square, and every pair with |z| > 2. Independent draws with honest u give |z| > 2 rarely
 (u is conservative: chapter 3 measures how often it covers a known root).
 """
 import json
