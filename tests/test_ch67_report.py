@@ -34,10 +34,10 @@ def test_scale_labels_and_xu_scale():
 
 
 def test_tolerances():
-    assert math.isnan(ch7.median_se([1.0]))
+    assert math.isnan(report.median_se([1.0]))
     x = np.random.default_rng(0).normal(size=4000)
-    assert ch7.median_se(x) == pytest.approx(1.2533 / math.sqrt(4000), rel=0.1)
-    assert ch7.iqr_se(99, 102, 15) == pytest.approx(1.2533 * 3 / 1.349 / math.sqrt(15))
+    assert report.median_se(x) == pytest.approx(1.2533 / math.sqrt(4000), rel=0.1)
+    assert report.iqr_se(99, 102, 15) == pytest.approx(1.2533 * 3 / 1.349 / math.sqrt(15))
     # 15/15 against 15/15 agrees, 11/15 does not, 0/2 against 15/15 has a wide tolerance
     assert report.within(15 / 15, 1.0, ch7.frac_tol(15, 15))
     assert not report.within(11 / 15, 1.0, ch7.frac_tol(11, 15))
@@ -45,6 +45,58 @@ def test_tolerances():
     # an epoch tolerance is at least the one-epoch grid, and NaN (never ✓) without a spread of ours
     assert ch7.epoch_tol([174, 174, 174], 173, 174, 15) >= 1
     assert report.within(np.nan, 174, ch7.epoch_tol([np.nan], 173, 174, 15)) is None
+
+
+def _fail_rate(q, n, pub, draws=50_000, seed=99):
+    """How often two medians of one normal law lie further apart than q combined IQR standard errors (fresh draws,
+    another seed than report.median_z's; the standard errors vectorised, checked against report.median_se)."""
+    rng = np.random.default_rng(seed)
+
+    def med_se(k):
+        x = rng.standard_normal((draws, k))
+        q25, q75 = np.percentile(x, [25, 75], axis=1)
+        se = 1.2533 * (q75 - q25) / 1.349 / np.sqrt(k)
+        assert [report.median_se(r) for r in x[:3]] == pytest.approx(se[:3], rel=1e-12)
+        return np.median(x, 1), se
+
+    m, se = med_se(n)
+    if pub == "exact":
+        return float(np.mean(np.abs(m) > q * se))
+    m2, se2 = med_se(n if pub == "same" else pub)
+    se2 = se if pub == "same" else se2
+    return float(np.mean(np.abs(m - m2) > q * np.hypot(se, se2)))
+
+
+@pytest.mark.parametrize("n, pub, old_fail", [(15, 15, 0.065), (5, "same", 0.2), (15, "exact", 0.08)])
+def test_median_z_is_calibrated(n, pub, old_fail):
+    """The median-agreement multiplier rejects 5 % of true matches on fresh draws: within 0.0045, 4 × the combined
+    error of the check (binomial s.e. of 50 000 draws, 0.0010) and of median_z's own 200 000-draw quantile (its
+    rate is off by up to 0.0005). Two standard errors, the rule before it, reject far more at these seed counts."""
+    q = report.median_z(n, pub)
+    assert abs(_fail_rate(q, n, pub) - 0.05) < 0.0045
+    assert _fail_rate(2.0, n, pub) > old_fail
+    assert report.median_z(60, 60, draws=50_000) == pytest.approx(1.96, abs=0.08)  # the normal limit
+    with pytest.raises(ValueError):
+        report.median_z(1, 15)
+    with pytest.raises(ValueError):
+        report.median_z(15, "other")
+
+
+def test_slope_z_covers_the_true_slope():
+    """q = slope_z(n) standard errors of a least-squares slope over n = 8 points cover the true slope 95 % of the
+    time (20 000 fits; 3 binomial s.e. ± 0.0046); two standard errors cover less."""
+    rng = np.random.default_rng(5)
+    n, k = 8, 20_000
+    x = np.arange(n, dtype=float)
+    y = 0.7 * x + rng.standard_normal((k, n))
+    xc = x - x.mean()
+    a = (y @ xc) / (xc @ xc)
+    res = y - y.mean(1, keepdims=True) - a[:, None] * xc
+    se = np.sqrt((res * res).sum(1) / (n - 2) / (xc @ xc))
+    assert abs(np.mean(np.abs(a - 0.7) <= report.slope_z(n) * se) - 0.95) < 0.0046
+    assert np.mean(np.abs(a - 0.7) <= 2 * se) < 0.94
+    with pytest.raises(ValueError):
+        report.slope_z(2)
 
 
 def test_linfit_se_and_fit_sentence_never_print_nan():
