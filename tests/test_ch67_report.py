@@ -38,10 +38,16 @@ def test_tolerances():
     x = np.random.default_rng(0).normal(size=4000)
     assert report.median_se(x) == pytest.approx(1.2533 / math.sqrt(4000), rel=0.1)
     assert report.iqr_se(99, 102, 15) == pytest.approx(1.2533 * 3 / 1.349 / math.sqrt(15))
-    # 15/15 against 15/15 agrees, 11/15 does not, 0/2 against 15/15 has a wide tolerance
-    assert report.within(15 / 15, 1.0, ch7.frac_tol(15, 15))
-    assert not report.within(11 / 15, 1.0, ch7.frac_tol(11, 15))
-    assert ch7.frac_tol(0, 2) > 0.5
+    # 15/15 against 15/15 agrees, 11/15 does not (Boschloo p = 0.043), 12/15 does (p = 0.12); 1/15 against Xu's
+    # 0/15 agrees; two runs cannot contradict 15/15 unless both fail, and no run on one side decides nothing
+    assert report.fractions_agree(15, 15, 15, 15)
+    assert report.fractions_agree(11, 15, 15, 15) is False
+    assert report.fractions_agree(12, 15, 15, 15)
+    assert report.fractions_agree(1, 15, 0, 15)
+    assert report.fractions_agree(1, 2, 15, 15)
+    assert report.fractions_agree(3, 15, 0, 0) is None
+    with pytest.raises(ValueError):
+        report.fractions_agree(4, 3, 0, 3)
     # an epoch tolerance is at least the one-epoch grid, and NaN (never ✓) without a spread of ours
     assert ch7.epoch_tol([174, 174, 174], 173, 174, 15) >= 1
     assert report.within(np.nan, 174, ch7.epoch_tol([np.nan], 173, 174, 15)) is None
@@ -80,6 +86,25 @@ def test_median_z_is_calibrated(n, pub, old_fail):
         report.median_z(1, 15)
     with pytest.raises(ValueError):
         report.median_z(15, "other")
+
+
+def test_fractions_agree_rejects_at_most_five_percent_of_true_matches():
+    """Exact size of the fraction rule between 15 and 15 runs of one rate 0.5, by enumerating all 256 outcomes:
+    at most 5 % (Boschloo's test is exact) and not far below it (Fisher's exact test, 1.7 % here, would be);
+    "two binomial standard errors of ours", the rule before it, rejected 20 %."""
+    from scipy import stats
+
+    n, p = 15, 0.5
+    pk = stats.binom.pmf(np.arange(n + 1), n, p)
+    size = old = 0.0
+    for k in range(n + 1):
+        lap = (k + 1) / (n + 2)
+        for kc in range(n + 1):
+            old += pk[k] * pk[kc] * (abs(k - kc) / n > 2 * np.sqrt(lap * (1 - lap) / n))
+            if kc >= k:  # the two-sided test is symmetric in the two samples: count k < kc twice
+                size += pk[k] * pk[kc] * (1 if kc == k else 2) * (not report.fractions_agree(k, n, kc, n))
+    assert 0.03 < size <= 0.05
+    assert old > 0.15
 
 
 def test_slope_z_covers_the_true_slope():

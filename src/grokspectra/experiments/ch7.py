@@ -24,7 +24,7 @@ import torch
 from .. import lockin, modadd
 from ..params import Param, Schema
 from .. import sweep
-from ..report import iqr_se, median_se, median_z, plural as report_plural, sci_tex, slope_z
+from ..report import fractions_agree, iqr_se, median_se, median_z, plural as report_plural, sci_tex, slope_z
 from . import experiment
 
 SECTION = "ch7_lockin"
@@ -394,13 +394,6 @@ def at_xu_scale(res, *, seeds_key: str | None = "seeds", seeds: int = 0, epochs_
     if epochs_key is not None:
         ok = ok and p[epochs_key] >= epochs
     return bool(ok)
-
-
-def frac_tol(k: int, n: int) -> float:
-    """Two binomial standard errors of a fraction k/n, with the Laplace estimate p = (k+1)/(n+2) (so that 0/n
-    and n/n still have a spread)."""
-    p = (k + 1) / (n + 2)
-    return float(2 * np.sqrt(p * (1 - p) / n))
 
 
 def n_finite(x) -> int:
@@ -1195,7 +1188,7 @@ def claims(H, Rl, Es, L, Gd, Pr=None) -> list:
     def frac_row(claim, pub, fired, n_claim):
         k, n = int(np.isfinite(fired).sum()), int(np.size(fired))
         kc, nc = pub.value[0], pub.value[1]
-        return Claim(claim, pub.source, f"{kc}/{nc}", f"{k}/{n}", within(k / n, kc / nc, frac_tol(k, n)))
+        return Claim(claim, pub.source, f"{kc}/{nc}", f"{k}/{n}", fractions_agree(k, n, kc, nc))
 
     def epoch_row(claim, pub, ours):
         m, q25, q75 = pub.value[-3:]
@@ -1213,7 +1206,7 @@ def claims(H, Rl, Es, L, Gd, Pr=None) -> list:
     rows.append(at_scale(epoch_row("epoch of test accuracy 0.5", P["test05"], hs["t05_g"]), scale_h, head_ok, needs_h))
     k = int(np.isfinite(hs["t99_c"]).sum())
     rows.append(at_scale(Claim("controls reaching test accuracy 0.99", P["ctrl_test"].source, "0/15",
-                               f"{k}/{S}", within(k / S, 0.0, frac_tol(k, S))), scale_h, head_ok, needs_h))
+                               f"{k}/{S}", fractions_agree(k, S, 0, 15)), scale_h, head_ok, needs_h))
     lag = hs["fire_g"] - hs["t99_g"]
     lag_med = np.nanmedian(lag) if np.isfinite(lag).any() else np.nan
     rows.append(at_scale(Claim("slope fire minus test-0.99 epoch", P["fire_minus_t99"].source, "≈ +35 epochs",
@@ -1250,7 +1243,7 @@ def claims(H, Rl, Es, L, Gd, Pr=None) -> list:
                      ([w for w in (20, 30) if w in fpos], "$W \\ge 20$: false positives in the controls")):
         if not ws:
             continue
-        ok = all(within(fpos[w] / S, fp_pub[w] / 3, frac_tol(fpos[w], S)) for w in ws)
+        ok = all(fractions_agree(fpos[w], S, fp_pub[w], 3) for w in ws)
         rows.append(at_scale(Claim(what, P["window_ctrl_fp"].source, ", ".join(f"{fp_pub[w]}/3" for w in ws),
                                    ", ".join(f"{fpos[w]}/{S}" for w in ws), ok, "per $W$ = " + ", ".join(map(str, ws))),
                              scale_h, win_ok, "3 seeds per arm, 400 epochs"))
@@ -1324,7 +1317,7 @@ def claims(H, Rl, Es, L, Gd, Pr=None) -> list:
     k = int(np.isfinite(Gd["rho_fire"]).sum())
     n = int(np.size(Gd["rho_fire"]))
     rows.append(at_scale(Claim("grid: $\\rho \\ge 0.075$ fires in every run", P["grid_rho_fire"].source, "60/60",
-                               f"{k}/{n}", within(k / n, 1.0, frac_tol(k, n))), grid_scale, grid_ok,
+                               f"{k}/{n}", fractions_agree(k, n, 60, 60)), grid_scale, grid_ok,
                          "Xu's 12 cells, 5 seeds"))
     bf = gs["bound_fit"]
     rows.append(at_scale(Claim(f"grid: cells on the side of $p_c = {gs['c']:g}\\ln M/M$ that Tian predicts",
