@@ -104,6 +104,17 @@ def fractions_agree(k: int, n: int, k_pub: int, n_pub: int, level: float = 0.95)
     return bool(stats.boschloo_exact([[k, k_pub], [n - k, n_pub - k_pub]]).pvalue > 1 - level)
 
 
+def epoch_tol(ours, q25: float, q75: float, n: int) -> float:
+    """Tolerance for a median epoch: q combined standard errors of the two medians (ours from our runs' spread, the
+    published one from its IQR over ``n`` runs), q from :func:`median_z` (≈ 2.2 for 15 and 15 runs), plus one
+    epoch, the resolution of the epoch grid; NaN with fewer than two finite runs of ours."""
+    import numpy as np
+
+    se = np.hypot(median_se(ours), iqr_se(q25, q75, n))
+    k = int(np.isfinite(np.asarray(ours, float)).sum())
+    return float(median_z(k, n) * se + 1) if np.isfinite(se) else float("nan")
+
+
 def median_z(n: int, pub: int | str = "exact", level: float = 0.95, draws: int = 200_000) -> float:
     """The multiplier q of a median-agreement tolerance q·√(ŝe² + ŝe_pub²), calibrated so that two medians of one
     normal law agree with probability ``level``.

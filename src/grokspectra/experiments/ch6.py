@@ -25,7 +25,7 @@ import torch
 from .. import modadd, repulsion
 from ..device import device_name, get_device, synchronize
 from ..params import Param, Schema
-from ..report import Claim, fmt, iqr_se, median_se, median_z, sci_tex
+from ..report import Claim, epoch_tol, fmt, median_z, sci_tex
 from .. import sweep
 from . import experiment
 
@@ -585,9 +585,8 @@ def claims(x2, rl, ident) -> list[Claim]:
                                epoch_text(fs["te99"][0], T), within(fs["te99"][0], 139, ep_tol),
                                f"tolerance ±{ep_tol:.1f} epochs"), sc, T >= 139, "150 epochs"))
     m = np.nanmedian(fs["te05"]) if np.isfinite(fs["te05"]).any() else np.nan
-    # a median epoch: q combined s.e. of the two medians + 1 epoch (the grid), q from report.median_z
+    tol = epoch_tol(fs["te05"], q25, q75, 15)  # q combined s.e. of the two medians + 1 epoch
     n05 = int(np.isfinite(fs["te05"]).sum())
-    tol = median_z(n05, 15) * np.hypot(iqr_se(q25, q75, 15), median_se(fs["te05"])) + 1 if n05 >= 2 else np.nan
     rows.append(at_scale(Claim("test accuracy 0.5, median over seeds", P["test05_med15"].source, "102 [99, 102]",
                                fmt(m), within(m, 102, tol),
                                f"tolerance ±{tol:.1f} epochs ({median_z(n05, 15):.2f} combined s.e. of the medians "
@@ -623,7 +622,7 @@ def claims(x2, rl, ident) -> list[Claim]:
     rows.append(at_scale(Claim("$\\rho_{\\rm tian} \\ge 0.075$: grok runs fire, median epoch",
                                P["rho_fire_grok"].source, f"{kf}/{nf} at {med} [{r25}, {r75}]",
                                f"{int(np.isfinite(rg).sum())}/{S} at {fmt(mr)}",
-                               within(mr, med, median_z(S, nf) * np.hypot(iqr_se(r25, r75, nf), median_se(rg)) + 1)
+                               within(mr, med, epoch_tol(rg, r25, r75, nf))
                                if np.isfinite(rg).all() and S >= 2 else False,
                                f"tolerance: {median_z(S, nf):.2f} combined s.e. of the medians + 1 epoch"
                                if S >= 2 else ""), sc, many, needs))

@@ -24,7 +24,7 @@ import torch
 from .. import lockin, modadd
 from ..params import Param, Schema
 from .. import sweep
-from ..report import fractions_agree, iqr_se, median_se, median_z, plural as report_plural, sci_tex, slope_z
+from ..report import epoch_tol, fractions_agree, iqr_se, median_se, median_z, plural as report_plural, sci_tex, slope_z
 from . import experiment
 
 SECTION = "ch7_lockin"
@@ -399,14 +399,6 @@ def at_xu_scale(res, *, seeds_key: str | None = "seeds", seeds: int = 0, epochs_
 def n_finite(x) -> int:
     """How many entries of ``x`` are finite (the runs a median and its standard error are taken over)."""
     return int(np.isfinite(np.asarray(x, float)).sum())
-
-
-def epoch_tol(ours, q25: float, q75: float, n: int) -> float:
-    """Tolerance for a median epoch: q combined standard errors of the two medians (ours from our runs' spread,
-    the published one from its IQR over ``n`` runs), q from :func:`report.median_z` (≈ 2.2 for 15 and 15 runs),
-    plus one epoch, the resolution of the epoch grid."""
-    se = np.hypot(median_se(ours), iqr_se(q25, q75, n))
-    return float(median_z(n_finite(ours), n) * se + 1) if np.isfinite(se) else float("nan")
 
 
 def factor_note(ours_log: float, claimed_log: float, tol: float) -> str:
