@@ -524,6 +524,7 @@ def test_thresholds_say_why_there_is_no_delta_nn():
                    {"params": {"eta_quad": 0.1}})
     ok = ch4.thresholds(cell(0.0), DL, p)
     assert ok["delta_nn"] == 7.0 and math.isclose(ok["delta_nn_unc"], math.hypot(0.2, 0.1))
+    assert math.isclose(ok["delta_nn_brk"], 0.2) and ok["delta_nn_mc"] == 0.1  # the two parts, for the rules
     assert "δ_NN(t = 60) = 7.00" in ok["text"] and "no sign change" in ok["text"] and not ok["dagger"]
     assert "DMFT broke down" in ch4.thresholds(cell(4.0, np.nan), DL, p)["text"]
     assert "not computed this student" in ch4.thresholds(cell(np.nan, np.nan), DL, p)["text"]

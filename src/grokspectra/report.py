@@ -184,6 +184,29 @@ def slope_z(n: int, level: float = 0.95) -> float:
     return float(stats.t.ppf(0.5 * (1 + level), n - 2))
 
 
+Z95 = 1.959963984540054  # two-sided 95 % point of the standard normal law
+
+
+def range_tol(stat: float, syst: float = 0.0, z: float = Z95) -> float:
+    """Tolerance ``syst + z · stat`` for the gap between two values whose difference has the statistical standard
+    error ``stat`` and a systematic uncertainty ``syst`` given as a *range* (half the spread of alternative fits,
+    half a bisection bracket): the truth of the systematic part lies anywhere within ± ``syst``, not on a normal law.
+
+    Calibration: if the two values estimate one quantity up to a bias b with |b| ≤ ``syst``, the gap is
+    N(b, stat²) and P(|gap| > syst + z·stat) ≤ P(|N(0, 1)| > z) = 5 % at z = :data:`Z95`, whatever b is in the
+    range (the bound is reached at b = 0 only when syst = 0). Adding ``syst`` in quadrature and doubling, as
+    chapters 4–5 did before, treats half a spread of two fits as a standard deviation: it doubles the systematic
+    part when that dominates and claims no stated level."""
+    return combined_tol(float(z) * float(stat), syst=syst)
+
+
+def combined_tol(*halfwidths: float, syst: float = 0.0) -> float:
+    """Tolerance ``syst + √(Σ h²)`` for the gap between independent estimates, each h the half-width of one
+    estimate's 95 % interval (1.96 s.e. for a normal one, a calibrated multiple of its s.e. otherwise, as
+    ``transitions.divergence_z`` gives) and ``syst`` a systematic range (:func:`range_tol`). For normal errors
+    this is 1.96 times the combined s.e., exactly; for a heavy-tailed one it keeps its own calibration."""
+    return float(syst) + math.sqrt(sum(float(h) ** 2 for h in halfwidths))
+
 def at_scale(row: Claim, scale: str, comparable: bool = True, needs: str = "") -> Claim:
     """Record the scale ``row`` was judged at. When the result shown is not of the scale the claim is about
     (``comparable`` False), the row is not scored: agreement becomes ``None`` and the note says
