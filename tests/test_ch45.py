@@ -817,6 +817,9 @@ def test_outlier_split_counts_unsolved_seeds_and_never_uses_them():
     assert (r["escaped"], r["failed"], r["predicted"]) == (1, 1, 3)
     diff = np.array([-1.00 + 1.02, -1.10 + 1.05, -0.90 + 0.95])
     assert abs(r["mean_diff"] - diff.mean()) < 1e-12 and abs(r["sd_diff"] - diff.std(ddof=1)) < 1e-12
+    # Student's t with 2 dof (4.303), not 2: the s.e. comes from the same three seeds
+    assert r["t_mult"] == pytest.approx(4.302653, abs=1e-6)
+    assert r["tol"] == pytest.approx(4.302653 * diff.std(ddof=1) / 3 ** 0.5 + 0.01 * np.mean([1.02, 1.05, 0.95]))
     del O["quad_fail"]
     assert ch3.outlier_split(O, "quad")[0]["failed"] == 0
 
