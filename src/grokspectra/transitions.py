@@ -515,9 +515,22 @@ def divergence_z(delta, fit: DivergenceFit, *, level: float = 0.95, draws: int =
     |δ̂_c − v| / √(se² + s²) is not: it is not pivotal (its law depends on the unknown residual level relative to
     s), and in a double bootstrap at chapter 5's setting it rejected 9–15 % of true matches, as many as the plain
     2-s.e. rule, while the quadrature of calibrated half-widths rejected 5 % (``docs/ENGINEERING_LOG.md``)."""
-    x = np.asarray(delta, dtype=float).ravel()
     if not 0 < level < 1:
         raise ValueError(f"need 0 < level < 1, got {level}")
+    return float(np.quantile(_divergence_boot(delta, fit, draws, seed), level))
+
+
+def divergence_exceed(delta, fit: DivergenceFit, k: float = 2.0, *, draws: int = 1000,
+                      seed: int = 20261208) -> float:
+    """How often |δ̂_c − δ_c| exceeds k standard errors in :func:`divergence_z`'s bootstrap (the same draws): the
+    fraction of true values a "within k s.e." rule would reject."""
+    return float(np.mean(_divergence_boot(delta, fit, draws, seed) > k))
+
+
+def _divergence_boot(delta, fit: DivergenceFit, draws: int, seed: int) -> np.ndarray:
+    """|δ̂_c* − δ_c| / se* over the seeded parametric bootstrap of :func:`divergence_z` (inf where a refit fails),
+    cached per (δ, fit, draws, seed)."""
+    x = np.asarray(delta, dtype=float).ravel()
     if x.size < 4 or not (np.isfinite(fit.delta_c_se) and fit.delta_c_se > 0 and np.isfinite(fit.rms_log)):
         raise ValueError(f"need a fit with delta_c free over >= 4 points and a finite s.e., got {fit} on {x.size} points")
     key = (tuple(x), dataclasses.astuple(fit), int(draws), int(seed))
@@ -532,16 +545,7 @@ def divergence_z(delta, fit: DivergenceFit, *, level: float = 0.95, draws: int =
             if g is not None and np.isfinite(g.delta_c_se) and g.delta_c_se > 0:
                 stat[i] = abs(g.delta_c - fit.delta_c) / g.delta_c_se
         _DIV_BOOT[key] = stat
-    return float(np.quantile(_DIV_BOOT[key], level))
-
-
-def divergence_exceed(delta, fit: DivergenceFit, k: float = 2.0, *, draws: int = 1000,
-                      seed: int = 20261208) -> float:
-    """How often |δ̂_c − δ_c| exceeds k standard errors in :func:`divergence_z`'s bootstrap (the same draws): the
-    fraction of true values a "within k s.e." rule would reject."""
-    divergence_z(delta, fit, draws=draws, seed=seed)
-    key = (tuple(np.asarray(delta, dtype=float).ravel()), dataclasses.astuple(fit), int(draws), int(seed))
-    return float(np.mean(_DIV_BOOT[key] > k))
+    return _DIV_BOOT[key]
 
 
 def binomial_consistent(k1, n1, k2, n2, *, alpha: float = 0.05) -> tuple[bool, float]:
